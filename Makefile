@@ -1,0 +1,43 @@
+# fleet-console: the two commands that matter are `make demo` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: demo test lint bench sshd-deps clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(PY) pyproject.toml
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+## Open the console on the embedded demo fleet (local SSH server, simulated GPUs, real processes).
+demo: $(STAMP)
+	$(VENV)/bin/fleet-console demo
+
+## Install what the tests need (OpenSSH server and tmux when run as root) and run the whole suite.
+test: $(STAMP) sshd-deps
+	$(PY) -m ruff check .
+	$(PY) -m pytest -q
+
+sshd-deps:
+	@if ! command -v sshd >/dev/null 2>&1 && ! test -x /usr/sbin/sshd || ! command -v tmux >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client tmux) >/dev/null; \
+	  else \
+	    echo "need openssh-server and tmux: run as root or: sudo apt-get install openssh-server tmux" >&2; exit 1; \
+	  fi; \
+	fi
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+
+bench: $(STAMP)
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) build dist .pytest_cache

@@ -1,0 +1,5 @@
+"""`python -m console` runs the command line."""
+
+from console.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,65 @@
+"""The agent's configuration: plain JSON data handed over by the console (never shell text)."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from typing import Any, Dict, List, Optional
+
+DEFAULTS: Dict[str, Any] = {
+    "interval": 1.0,  # seconds between GPU/process samples
+    "log_interval": 0.5,  # seconds between log polls
+    "heartbeat_interval": 5.0,
+    "logs": [],  # files always followed (may not exist yet)
+    "watch_dirs": ["/tmp"],  # directories searched for recently modified *.log
+    "discover_max_age": 6 * 3600.0,  # a *.log modified within this many seconds is followed
+    "backlog_lines": 200,  # lines of each log sent on connect
+    "max_line_chars": 4096,
+    "benchmark": {
+        "start": None,  # argv list or a command string run by /bin/sh -c
+        "match": [],  # regex patterns matched against process command lines
+        "entrypoint": [],  # patterns for the entrypoint (the chain's parent)
+        "log": None,
+        "cwd": None,
+        "stop_timeout": 10.0,
+    },
+    "gpu": {"simulate": None},  # {"scenario": path} drives the simulated NVML (demo, tests)
+    "proc_root": None,  # only the subtree under this pid (demo instances share one host)
+}
+
+
+def _merge(base: Dict[str, Any], extra: Dict[str, Any]) -> Dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load(encoded: Optional[str] = None, path: Optional[str] = None) -> Dict[str, Any]:
+    """Build the config from the defaults plus base64 JSON (``--config``) or a JSON file."""
+    extra: Dict[str, Any] = {}
+    if path:
+        with open(path, encoding="utf-8") as fh:
+            extra = json.load(fh)
+    elif encoded:
+        extra = json.loads(base64.b64decode(encoded.encode("ascii")).decode("utf-8"))
+    if not isinstance(extra, dict):
+        raise ValueError("agent config must be a JSON object")
+    return _merge(DEFAULTS, extra)
+
+
+def encode(config: Dict[str, Any]) -> str:
+    """The ``--config`` argument for a config dict: base64 of its JSON (safe in any shell)."""
+    return base64.b64encode(json.dumps(config, separators=(",", ":")).encode("utf-8")).decode("ascii")
+
+
+def as_list(value: Any) -> List[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return [str(v) for v in value]

@@ -1,0 +1,160 @@
+"""The agent's main loop: hello, then samples on a clock, and requests answered by id."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, List, Optional
+
+from . import AGENT_VERSION, config as agent_config
+from .gpu import GpuSampler
+from .logs import LogFollower
+from .ops import OPS
+from .procs import ProcSampler
+from .protocol import PROTOCOL_VERSION, FrameWriter, ProtocolError, decode_request
+
+
+class Agent:
+    """Owns the samplers and the frame writer; one instance per agent process."""
+
+    def __init__(self, config: Dict[str, Any], writer: FrameWriter) -> None:
+        self.config = config
+        self.writer = writer
+        self.stop_event = threading.Event()
+        self.gpu = GpuSampler(config)
+        self.procs = ProcSampler(config)
+        self.logs = LogFollower(config)
+        self.started = time.time()
+        self.samples = 0
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="request")
+
+    # -- frames ---------------------------------------------------------------------------------
+    def hello(self) -> None:
+        self.writer.send(
+            "hello",
+            v=PROTOCOL_VERSION,
+            agent_version=AGENT_VERSION,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            python=".".join(str(x) for x in sys.version_info[:3]),
+            features=self.features(),
+        )
+
+    def features(self) -> Dict[str, Any]:
+        return {
+            "psutil": self.procs.uses_psutil,
+            "gpu": self.gpu.state,
+            "simulated_gpu": self.gpu.simulated,
+            "ops": sorted(OPS),
+        }
+
+    def sample_once(self) -> None:
+        """One GPU + process sample, each sent as a frame (processes only when changed)."""
+        gpu_frame = self.gpu.sample()
+        if gpu_frame is not None:
+            self.writer.send("gpu", **gpu_frame)
+        procs_frame = self.procs.sample(self.gpu.memory_by_pid())
+        if procs_frame is not None:
+            self.writer.send("procs", **procs_frame)
+        self.samples += 1
+
+    def poll_logs(self) -> None:
+        for frame in self.logs.poll():
+            self.writer.send("log", **frame)
+
+    # -- requests -------------------------------------------------------------------------------
+    def handle_line(self, line: bytes) -> None:
+        if not line.strip():
+            return
+        try:
+            req = decode_request(line)
+        except ProtocolError as exc:
+            self.writer.send("error", message="bad request: %s" % exc)
+            return
+        handler = OPS.get(req["op"])
+        if handler is None:
+            self.writer.send("result", id=req["id"], ok=False, error="unknown op %r" % req["op"])
+            return
+        self._pool.submit(self._run_request, handler, req)
+
+    def _run_request(self, handler: Any, req: Dict[str, Any]) -> None:
+        try:
+            data = handler(self, req["args"])
+        except Exception as exc:  # answer every request, whatever happened
+            detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            self.writer.send("result", id=req["id"], ok=False, error=detail)
+            return
+        self.writer.send("result", id=req["id"], ok=True, data=data)
+
+    def read_requests(self, stream: Any) -> None:
+        """Read requests until EOF.
+
+        EOF alone does not stop the agent (``fleet-console agent </dev/null`` keeps sampling);
+        a console that goes away is noticed when writing to stdout fails.
+        """
+        for line in iter(stream.readline, b""):
+            self.handle_line(line)
+
+    # -- loop -----------------------------------------------------------------------------------
+    def run(self, max_seconds: Optional[float] = None) -> int:
+        self.hello()
+        interval = float(self.config["interval"])
+        log_interval = min(float(self.config["log_interval"]), interval)
+        hb_interval = float(self.config["heartbeat_interval"])
+        deadline = None if max_seconds is None else time.monotonic() + max_seconds
+        next_sample = next_log = time.monotonic()
+        next_hb = next_sample + min(hb_interval, interval)
+        seq = 0
+        while not self.stop_event.is_set() and not self.writer.closed:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                break
+            if now >= next_sample:
+                self.sample_once()
+                next_sample = max(next_sample + interval, now + interval / 2)
+            if now >= next_log:
+                self.poll_logs()
+                next_log = max(next_log + log_interval, now + log_interval / 2)
+            if now >= next_hb:
+                seq += 1
+                self.writer.send("heartbeat", seq=seq, samples=self.samples, sent=self.writer.bytes_sent)
+                next_hb = now + hb_interval
+            wake = min(next_sample, next_log, next_hb)
+            self.stop_event.wait(max(0.0, wake - time.monotonic()))
+        self._pool.shutdown(wait=False)
+        return 0
+
+
+def parse_args(argv: List[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="fleet-agent", description="fleet-console agent: JSON lines on stdout")
+    parser.add_argument("--config", help="base64 JSON config (as sent by the console)")
+    parser.add_argument("--config-file", help="JSON config file")
+    parser.add_argument("--interval", type=float, help="seconds between samples (default 1)")
+    parser.add_argument("--max-seconds", type=float, help="exit after this many seconds")
+    parser.add_argument("--no-stdin", action="store_true", help="do not read requests; run until killed")
+    return parser.parse_args(argv)
+
+
+def main(argv: List[str]) -> int:
+    args = parse_args(argv)
+    try:
+        config = agent_config.load(args.config, args.config_file)
+    except (OSError, ValueError) as exc:
+        sys.stderr.write("fleet-agent: bad config: %s\n" % exc)
+        return 2
+    if args.interval:
+        config["interval"] = args.interval
+    agent = Agent(config, FrameWriter())
+    if not args.no_stdin:
+        reader = threading.Thread(target=agent.read_requests, args=(sys.stdin.buffer,), daemon=True)
+        reader.start()
+    try:
+        return agent.run(args.max_seconds)
+    except KeyboardInterrupt:
+        return 0
