@@ -1,0 +1,39 @@
+"""Collects what links report, with waits that poll until a deadline (robust on a loaded machine)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.frames: list[tuple[str, dict[str, Any]]] = []
+        self.statuses: list[tuple[str, str, str]] = []
+
+    def on_frame(self, name: str, frame: dict[str, Any]) -> None:
+        self.frames.append((name, frame))
+
+    def on_status(self, name: str, status: str, detail: str) -> None:
+        self.statuses.append((name, status, detail))
+
+    def of_type(self, frame_type: str, name: str | None = None) -> list[dict[str, Any]]:
+        return [f for n, f in self.frames if f["type"] == frame_type and (name is None or n == name)]
+
+    def status_of(self, name: str) -> tuple[str, str]:
+        """The latest (status, detail) reported for ``name``; ("", "") before the first."""
+        for n, status, detail in reversed(self.statuses):
+            if n == name:
+                return status, detail
+        return "", ""
+
+    async def wait_for(self, predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = predicate()
+            if value:
+                return value
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; statuses: {self.statuses[-5:]}")

@@ -1,0 +1,132 @@
+"""A real OpenSSH ``sshd`` on 127.0.0.1 for tests: its own host key, authorized_keys, config and port."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import asyncssh
+
+
+def find_sshd() -> str | None:
+    return shutil.which("sshd") or next((p for p in ("/usr/sbin/sshd", "/usr/local/sbin/sshd") if os.path.exists(p)), None)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Sshd:
+    """One sshd: ``start()``, ``stop()`` (kills it and every session it forked), ``restart()``."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.dir = workdir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.user = getpass.getuser()
+        self.host_key = asyncssh.generate_private_key("ssh-ed25519")
+        self.client_key = asyncssh.generate_private_key("ssh-ed25519")
+        self.host_key_path = self.dir / "ssh_host_ed25519_key"
+        self.client_key_path = self.dir / "id_ed25519"
+        self.known_hosts = self.dir / "known_hosts"
+        self.host_key.write_private_key(str(self.host_key_path))
+        self.client_key.write_private_key(str(self.client_key_path))
+        for p in (self.host_key_path, self.client_key_path):
+            p.chmod(0o600)
+        (self.dir / "authorized_keys").write_bytes(self.client_key.export_public_key())
+        self.write_known_hosts(self.host_key)
+        self.config = self.dir / "sshd_config"
+        self.config.write_text(
+            "\n".join(
+                [
+                    f"Port {self.port}",
+                    "ListenAddress 127.0.0.1",
+                    f"HostKey {self.host_key_path}",
+                    f"PidFile {self.dir / 'sshd.pid'}",
+                    f"AuthorizedKeysFile {self.dir / 'authorized_keys'}",
+                    "PubkeyAuthentication yes",
+                    "PasswordAuthentication no",
+                    "KbdInteractiveAuthentication no",
+                    "PermitRootLogin yes",
+                    "UsePAM no",
+                    "StrictModes no",
+                    "LogLevel ERROR",
+                    "MaxStartups 200",
+                    "MaxSessions 50",
+                ]
+            )
+            + "\n"
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def write_known_hosts(self, key: asyncssh.SSHKey) -> None:
+        line = f"[127.0.0.1]:{self.port} {key.export_public_key().decode().strip()}\n"
+        self.known_hosts.write_text(line)
+
+    def start(self) -> None:
+        sshd = find_sshd()
+        if sshd is None:
+            raise RuntimeError("sshd not installed: run `make test` (installs openssh-server)")
+        if os.geteuid() == 0:
+            Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [sshd, "-D", "-e", "-f", str(self.config)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.dir / "sshd.log", "ab"),  # noqa: SIM115 (closed by the child's exit)
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"sshd exited: {(self.dir / 'sshd.log').read_text()[-500:]}")
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.05)
+        raise RuntimeError("sshd did not start listening")
+
+    def stop(self) -> None:
+        """Kill sshd and all the sessions it forked (as a host going down would)."""
+        if self.proc is None:
+            return
+        for pid in self._session_pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=10)
+        self.proc = None
+
+    def _session_pids(self) -> list[int]:
+        """sshd's forked children (per-connection processes), found through /proc."""
+        assert self.proc is not None
+        children: dict[int, list[int]] = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+        found, todo = [], [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            for child in children.get(pid, []):
+                found.append(child)
+                todo.append(child)
+        return found
