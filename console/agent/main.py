@@ -12,7 +12,8 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional
 
-from . import AGENT_VERSION, config as agent_config
+from . import AGENT_VERSION
+from . import config as agent_config
 from .gpu import GpuSampler
 from .logs import LogFollower
 from .ops import OPS
