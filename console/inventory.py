@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from console.actions import BUILTIN_PROBE_KEYS
+
 DEFAULT_FLEET_PATHS = ("fleet.toml", "~/.config/fleet-console/fleet.toml")
-BUILTIN_PROBE_KEYS = frozenset("1234567890")
 
 
 class ConfigError(Exception):
@@ -154,7 +155,7 @@ class _Lines:
 def _str_list(value: Any, what: str, err: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         return (value,)
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
         raise err(f"{what} must be a string or a list of strings")
     return tuple(value)
 
@@ -166,22 +167,24 @@ def _benchmark(raw: Any, base: BenchmarkSpec, err: Any) -> BenchmarkSpec:
         raise err("benchmark must be a table")
     unknown = set(raw) - _BENCH_KEYS
     if unknown:
-        raise err(f"unknown benchmark key {sorted(unknown)[0]!r} (expected one of {', '.join(sorted(_BENCH_KEYS))})")
+        key = sorted(unknown)[0]
+        raise err(f"unknown benchmark key {key!r} (expected one of {', '.join(sorted(_BENCH_KEYS))})", key)
     start = raw.get("start", base.start)
-    if isinstance(start, list):
+    if isinstance(start, (list, tuple)):
         start = _str_list(start, "benchmark.start", err)
     elif start is not None and not isinstance(start, str):
-        raise err("benchmark.start must be a command string or an argv list")
+        raise err("benchmark.start must be a command string or an argv list", "start")
     timeout = raw.get("stop_timeout", base.stop_timeout)
     if not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise err("benchmark.stop_timeout must be a positive number of seconds")
+        raise err("benchmark.stop_timeout must be a positive number of seconds", "stop_timeout")
     match = _str_list(raw.get("match", list(base.match)), "benchmark.match", err)
     entrypoint = _str_list(raw.get("entrypoint", list(base.entrypoint)), "benchmark.entrypoint", err)
     for pattern in match + entrypoint:
         try:
             re.compile(pattern)
         except re.error as exc:
-            raise err(f"bad benchmark pattern {pattern!r}: {exc}") from None
+            key = "match" if pattern in match else "entrypoint"
+            raise err(f"bad benchmark pattern {pattern!r}: {exc}", key) from None
     return BenchmarkSpec(
         start=start,
         match=match,
@@ -243,6 +246,8 @@ def _probe(raw: dict[str, Any], err: Any) -> ProbeSpec:
         raise err("probe needs a name and a command")
     if not isinstance(key, str) or len(key) != 1:
         raise err(f"probe {name!r}: key must be one character")
+    if key in BUILTIN_PROBE_KEYS:
+        raise err(f"probe {name!r}: key {key!r} belongs to a built-in probe (use a letter or 6-9)")
     timeout = raw.get("timeout", 20.0)
     if not isinstance(timeout, (int, float)) or timeout <= 0:
         raise err(f"probe {name!r}: timeout must be a positive number of seconds")
@@ -268,7 +273,11 @@ def load_fleet(path: str | Path) -> Fleet:
     lines = _Lines(text)
 
     def err_at(line: int | None) -> Any:
-        return lambda reason: ConfigError(path, line, reason)
+        return lambda reason, key=None: ConfigError(path, line, reason)
+
+    def bench_err(reason: str, key: str | None = None) -> ConfigError:
+        header = next((no for no, text in enumerate(lines.lines, 1) if text.strip() == "[benchmark]"), None)
+        return ConfigError(path, (lines.key(key, after=header) if key and header else None) or header, reason)
 
     unknown = set(data) - _TOP_KEYS
     if unknown:
@@ -282,7 +291,7 @@ def load_fleet(path: str | Path) -> Fleet:
     if bad:
         key = sorted(bad)[0]
         raise ConfigError(path, lines.key(key), f"unknown defaults key {key!r}")
-    bench = _benchmark(data.get("benchmark", {}), BenchmarkSpec(), err_at(lines.key("start")))
+    bench = _benchmark(data.get("benchmark", {}), BenchmarkSpec(), bench_err)
 
     instances: list[Instance] = []
     for index, raw in enumerate(_tables(data, "instance", path, lines)):
@@ -330,21 +339,24 @@ def _import(
     base_dir = path.parent
     if "ssh_config" in raw:
         source = (base_dir / Path(raw["ssh_config"]).expanduser()).resolve()
-        patterns = _str_list(raw.get("hosts", ["*"]), "hosts", lambda r: ConfigError(path, line, r))
-        return [
-            _instance({**h, "tags": list(h.get("tags", ())) + list(extra_tags)}, defaults, bench,
-                      lambda r, s=h["source"]: ConfigError(s, None, r), h["source"])
-            for h in read_ssh_config(source, patterns)
-        ]
+        patterns = _str_list(raw.get("hosts", ["*"]), "hosts", lambda r, k=None: ConfigError(path, line, r))
+        return _imported(read_ssh_config(source, patterns), extra_tags, defaults, bench)
     if "vastai_json" in raw:
         source = (base_dir / Path(raw["vastai_json"]).expanduser()).resolve()
         hosts = read_vastai_json(source, running_only=bool(raw.get("running_only", True)))
-        return [
-            _instance({**h, "tags": list(h["tags"]) + list(extra_tags)}, defaults, bench,
-                      lambda r, s=h["source"]: ConfigError(s, None, r), h["source"])
-            for h in hosts
-        ]
+        return _imported(hosts, extra_tags, defaults, bench)
     raise ConfigError(path, line, "import needs ssh_config = PATH or vastai_json = PATH")
+
+
+def _imported(
+    hosts: list[dict[str, Any]], extra_tags: tuple[str, ...], defaults: dict[str, Any], bench: BenchmarkSpec
+) -> list[Instance]:
+    out = []
+    for host in hosts:
+        source = host.pop("source")
+        host["tags"] = [*host.get("tags", ()), *extra_tags]
+        out.append(_instance(host, defaults, bench, lambda r, k=None, s=source: ConfigError(s, None, r), source))
+    return out
 
 
 def read_ssh_config(path: Path, patterns: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -388,7 +400,7 @@ def read_ssh_config(path: Path, patterns: tuple[str, ...]) -> list[dict[str, Any
                     entry.setdefault("key", args[0])
     for entry in hosts:
         entry["tags"] = ["ssh-config"]
-    return [{k: v for k, v in h.items() if k != "source"} | {"source": h["source"]} for h in hosts]
+    return hosts
 
 
 def read_vastai_json(path: Path, running_only: bool = True) -> list[dict[str, Any]]:

@@ -1,0 +1,70 @@
+"""The command line: ``fleet-console [run|demo|check|status|diagnose|restart|agent]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from console import __version__
+
+COMMANDS = ("run", "demo", "check", "status", "diagnose", "restart", "agent")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--fleet", metavar="FILE", help="fleet file (default ./fleet.toml, then ~/.config/fleet-console/fleet.toml)"
+    )
+    common.add_argument("--read-only", action="store_true", help="disable restarts and other destructive actions")
+
+    ui = argparse.ArgumentParser(add_help=False)
+    ui.add_argument("--theme", help="colour theme: dark, light, high-contrast (remembered)")
+    ui.add_argument("--bell", action="store_true", help="ring the terminal bell when an instance gets worse")
+
+    parser = argparse.ArgumentParser(
+        prog="fleet-console",
+        description="Watch, diagnose and restart GPU benchmarks across a fleet of SSH-reachable instances.",
+    )
+    parser.add_argument("--version", action="version", version=f"fleet-console {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    sub.add_parser("run", parents=[common, ui], help="open the console on a fleet file (the default command)")
+    demo = sub.add_parser("demo", parents=[ui], help="open the console on a local demo fleet (simulated GPUs)")
+    demo.add_argument("--instances", type=int, default=6, help="demo instances, 1 to 64 (default 6)")
+    demo.add_argument("--read-only", action="store_true", help="disable restarts")
+
+    sub.add_parser("check", parents=[common], help="validate the fleet file; exit 2 with file:line on errors")
+
+    status = sub.add_parser("status", parents=[common], help="connect to every instance and print its state")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for the instances")
+
+    diag = sub.add_parser("diagnose", parents=[common], help="diagnose one instance (exit 0 healthy, 1 findings)")
+    diag.add_argument("name")
+    diag.add_argument("--json", action="store_true", help="print the verdict and findings as JSON")
+    diag.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the connection")
+
+    restart = sub.add_parser("restart", parents=[common], help="restart the benchmark on instances")
+    restart.add_argument("names", nargs="+", metavar="NAME")
+    restart.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    restart.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the connection")
+
+    sub.add_parser("agent", help="run the agent here (JSON lines on stdout); agent options follow", add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "agent":
+        from console.agent.main import main as agent_main
+
+        return agent_main(argv[1:])
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
+        argv.insert(0, "run")
+    args = build_parser().parse_args(argv)
+    from console import commands
+
+    try:
+        return commands.dispatch(args)
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,208 @@
+"""What each command-line command does; errors become one line on stderr and exit status 2."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from console.actions import ActionError
+from console.controller import FleetController
+from console.inventory import ConfigError, Fleet, find_fleet_file, load_fleet
+
+SEVERITY_ORDER = {"critical": 0, "error": 1, "warning": 2, "info": 3}
+
+
+def fail(message: str) -> int:
+    print(f"fleet-console: {message}", file=sys.stderr)
+    return 2
+
+
+def _load(args: argparse.Namespace) -> Fleet:
+    path = find_fleet_file(getattr(args, "fleet", None))
+    if path is None:
+        raise ConfigError(
+            "fleet.toml", None, "no fleet file: pass --fleet FILE, or create ./fleet.toml (try `fleet-console demo`)"
+        )
+    return load_fleet(path)
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    handlers = {
+        "run": cmd_run,
+        "demo": cmd_demo,
+        "check": cmd_check,
+        "status": cmd_status,
+        "diagnose": cmd_diagnose,
+        "restart": cmd_restart,
+    }
+    try:
+        return handlers[args.command](args)
+    except ConfigError as exc:
+        return fail(str(exc))
+    except ActionError as exc:
+        return fail(str(exc))
+
+
+# -- interactive ----------------------------------------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    fleet = _load(args)
+    from console.app import FleetApp
+
+    controller = FleetController(fleet, read_only=args.read_only)
+    FleetApp(controller, theme=args.theme, bell=args.bell).run()
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    if not 1 <= args.instances <= 64:
+        return fail(f"--instances must be from 1 to 64, not {args.instances}")
+    from console.demo.fleet import run_demo
+
+    return run_demo(args)
+
+
+# -- one-shot -------------------------------------------------------------------------------------
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    fleet = _load(args)
+    print(f"{fleet.source}: ok, {len(fleet.instances)} instances, {len(fleet.probes)} custom probes")
+    for inst in fleet.instances:
+        tags = f"  [{', '.join(inst.tags)}]" if inst.tags else ""
+        print(f"  {inst.name:<24} {inst.transport:<5} {inst.address}{tags}")
+    return 0
+
+
+async def _with_controller(fleet: Fleet, names: list[str] | None, read_only: bool, body: Any) -> int:
+    controller = FleetController(fleet, read_only=read_only)
+    try:
+        await controller.start(names)
+        return await body(controller)
+    finally:
+        await controller.stop()
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    fleet = _load(args)
+    try:
+        fleet.get(args.name)
+    except KeyError:
+        return fail(f"{args.name}: no such instance in {fleet.source}")
+
+    async def body(controller: FleetController) -> int:
+        await controller.wait_ready(args.name, args.timeout)
+        data = await controller.diagnose(args.name)
+        if args.json:
+            print(json.dumps({"instance": args.name, **data}, indent=2))
+        else:
+            print(format_diagnosis(args.name, data))
+        return 0 if data.get("verdict", {}).get("code") == "healthy" else 1
+
+    return asyncio.run(_with_controller(fleet, [args.name], True, body))
+
+
+def format_diagnosis(name: str, data: dict[str, Any]) -> str:
+    verdict = data.get("verdict") or {}
+    out = [f"{name}: {verdict.get('code', '?')}: {verdict.get('summary', '')}"]
+    findings = sorted(data.get("findings") or [], key=lambda f: SEVERITY_ORDER.get(f.get("severity"), 9))
+    for finding in findings:
+        out.append(f"  [{finding.get('severity', '?')}] {finding.get('code')}: {finding.get('summary', '')}")
+        for ev in finding.get("evidence") or []:
+            where = f"{ev.get('path')}:{ev.get('line')}" if ev.get("line") else str(ev.get("path") or "")
+            out.append(f"      {where}: {ev.get('text', '')}".rstrip())
+    return "\n".join(out)
+
+
+def cmd_restart(args: argparse.Namespace) -> int:
+    fleet = _load(args)
+    for name in args.names:
+        try:
+            fleet.get(name)
+        except KeyError:
+            return fail(f"{name}: no such instance in {fleet.source}")
+    if args.read_only:
+        audit = FleetController(fleet, read_only=True).audit
+        for name in args.names:
+            audit.record(name, fleet.get(name).address, "restart", "refused", "read-only")
+        return fail("restart refused: --read-only")
+    if not args.yes:
+        if not sys.stdin.isatty():
+            return fail("restart needs confirmation: pass --yes")
+        answer = input(f"Restart the benchmark on {', '.join(args.names)}? [y/N] ").strip().lower()
+        if answer not in ("y", "yes"):
+            print("nothing restarted")
+            return 1
+
+    async def body(controller: FleetController) -> int:
+        ready = []
+        for name in args.names:
+            try:
+                await controller.wait_ready(name, args.timeout)
+                ready.append(name)
+            except ActionError as exc:
+                print(f"{name}: not restarted: {exc}", file=sys.stderr)
+        results = await controller.restart(ready) if ready else {}
+        for name, result in results.items():
+            if result["ok"]:
+                started = (result["data"] or {}).get("started") or {}
+                stopped = (result["data"] or {}).get("stopped") or []
+                print(f"{name}: restarted: stopped {len(stopped)} processes, started pid {started.get('pid')}")
+            else:
+                print(f"{name}: restart failed: {result['error']}", file=sys.stderr)
+        return 0 if len(ready) == len(args.names) and all(r["ok"] for r in results.values()) else 1
+
+    return asyncio.run(_with_controller(fleet, args.names, False, body))
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    fleet = _load(args)
+
+    async def body(controller: FleetController) -> int:
+        names = [i.name for i in fleet.instances]
+        await asyncio.gather(*(_settle(controller, n, args.timeout) for n in names))
+        controller.state.tick()
+        rows = [status_row(controller, n) for n in names]
+        if args.json:
+            print(json.dumps({"instances": rows, "totals": controller.state.totals()}, indent=2))
+        else:
+            for row in rows:
+                gpus = " ".join(f"{g['util'] if g['util'] is not None else '?'}%" for g in row["gpus"]) or "-"
+                print(f"{row['name']:<24} {row['status']:<15} gpus {gpus:<24} {row['detail']}")
+        return 0 if all(r["status"] == "ok" for r in rows) else 1
+
+    return asyncio.run(_with_controller(fleet, None, True, body))
+
+
+async def _settle(controller: FleetController, name: str, timeout: float) -> None:
+    """Wait until the instance is connected and has sent a sample, or gave up."""
+    try:
+        await controller.wait_ready(name, timeout)
+    except ActionError:
+        return
+    inst = controller.state.get(name)
+    for _ in range(int(timeout * 10)):
+        if inst is None or inst.gpu_state or inst.procs:
+            return
+        await asyncio.sleep(0.1)
+
+
+def status_row(controller: FleetController, name: str) -> dict[str, Any]:
+    inst = controller.state.get(name)
+    assert inst is not None
+    return {
+        "name": name,
+        "address": controller.instance(name).address,
+        "status": inst.status,
+        "detail": inst.status_detail,
+        "link": inst.link_status,
+        "gpus": [
+            {"index": g.index, "name": g.get("name"), "util": g.util, "mem_used": g.get("mem_used"),
+             "mem_total": g.get("mem_total"), "lost": g.lost}
+            for g in sorted(inst.gpus.values(), key=lambda g: g.index)
+        ],
+    }

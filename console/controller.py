@@ -1,0 +1,158 @@
+"""The fleet controller: owns the links, feeds the fleet state, carries out operator actions.
+
+UI-free: the Textual app and the command line both drive the fleet through this object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from console.actions import BUILTIN_PROBES, ActionError, ProbeEntry, ReadOnlyError
+from console.audit import AuditLog
+from console.inventory import Fleet, Instance
+from console.link import AgentLink, LinkError, make_link
+from console.state import FleetState
+
+# Link statuses that waiting longer will not fix.
+HOPELESS = frozenset(("hostkey_mismatch", "auth_failed"))
+
+
+class FleetController:
+    """One per console run: ``start()``, actions, ``stop()``."""
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        read_only: bool = False,
+        demo: bool = False,
+        audit: AuditLog | None = None,
+        state: FleetState | None = None,
+    ) -> None:
+        self.fleet = fleet
+        self.read_only = read_only
+        self.demo = demo
+        self.audit = audit or AuditLog()
+        self.state = state or FleetState()
+        for inst in fleet.instances:
+            self.state.add_instance(inst)
+        self.links: dict[str, AgentLink] = {}
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def start(self, names: list[str] | None = None) -> None:
+        """Start the links (all instances, or just ``names``); returns at once."""
+        for inst in self.fleet.instances:
+            if (names is None or inst.name in names) and inst.name not in self.links:
+                link = make_link(inst, self.state.apply_frame, self.state.set_link_status)
+                self.links[inst.name] = link
+                link.start()
+
+    async def stop(self) -> None:
+        links, self.links = list(self.links.values()), {}
+        await asyncio.gather(*(link.stop() for link in links), return_exceptions=True)
+
+    async def wait_ready(self, name: str, timeout: float = 30.0) -> AgentLink:
+        """The instance's link once connected; ActionError with the link's reason otherwise."""
+        link = self._link(name)
+        deadline = time.monotonic() + timeout
+        while link.status != "connected":
+            if link.status in HOPELESS:
+                raise ActionError(f"{name}: {link.detail}")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ActionError(f"{name}: not reachable within {timeout:g} s ({link.status}: {link.detail})")
+            try:
+                await asyncio.wait_for(link.connected_event.wait(), min(remaining, 0.5))
+            except TimeoutError:
+                pass
+        return link
+
+    def _link(self, name: str) -> AgentLink:
+        if name not in self.links:
+            raise ActionError(f"{name}: no such instance in {self.fleet.source or 'the fleet'}")
+        return self.links[name]
+
+    def instance(self, name: str) -> Instance:
+        try:
+            return self.fleet.get(name)
+        except KeyError:
+            raise ActionError(f"{name}: no such instance in {self.fleet.source or 'the fleet'}") from None
+
+    # -- actions --------------------------------------------------------------------------------
+    async def _request(self, name: str, op: str, args: dict[str, Any], timeout: float) -> Any:
+        link = self._link(name)
+        try:
+            answer = await link.request(op, args, timeout=timeout)
+        except LinkError as exc:
+            raise ActionError(str(exc)) from None
+        if not answer.get("ok"):
+            raise ActionError(f"{name}: {op} failed: {answer.get('error')}")
+        return answer.get("data")
+
+    async def diagnose(self, name: str, timeout: float = 90.0) -> dict[str, Any]:
+        """Run the agent's diagnosis; the result is also kept in the fleet state."""
+        data = await self._request(name, "diagnose", {}, timeout)
+        self.state.set_diagnosis(name, data)
+        return data
+
+    async def restart(self, names: list[str]) -> dict[str, dict[str, Any]]:
+        """Restart the benchmark on each instance (concurrently); every attempt is audited.
+
+        The caller has confirmed; under ``--read-only`` nothing is sent and the refusal is audited.
+        Returns per instance ``{"ok": bool, "data"|"error": ...}``.
+        """
+        if self.read_only:
+            for name in names:
+                self.audit.record(name, self._host(name), "restart", "refused", "read-only")
+            raise ReadOnlyError("restart")
+
+        async def one(name: str) -> dict[str, Any]:
+            try:
+                data = await self._request(name, "restart", {}, timeout=120.0)
+            except ActionError as exc:
+                self.audit.record(name, self._host(name), "restart", "failed", str(exc))
+                return {"ok": False, "error": str(exc)}
+            self.audit.record(name, self._host(name), "restart", "ok", data)
+            return {"ok": True, "data": data}
+
+        results = await asyncio.gather(*(one(n) for n in names))
+        return dict(zip(names, results, strict=True))
+
+    def probe_specs(self, name: str | None = None) -> list[ProbeEntry]:
+        """Built-in probes, then the fleet file's custom ones."""
+        custom = [
+            ProbeEntry(p.name, p.key, p.title or p.name, builtin=False, command=p.command, timeout=p.timeout)
+            for p in self.fleet.probes
+        ]
+        return [*BUILTIN_PROBES, *custom]
+
+    async def probe(self, name: str, probe_name: str) -> dict[str, Any]:
+        """Run a probe; built-ins inside the agent, custom ones on their own SSH exec channel."""
+        spec = next((p for p in self.probe_specs(name) if p.name == probe_name), None)
+        if spec is None:
+            raise ActionError(f"no probe named {probe_name!r}")
+        if spec.builtin:
+            data = await self._request(name, "probe", {"name": spec.name}, timeout=60.0)
+        else:
+            link = self._link(name)
+            try:
+                result = await link.run_command(spec.command, timeout=spec.timeout)
+            except LinkError as exc:
+                raise ActionError(str(exc)) from None
+            lines = (result.stdout + result.stderr).splitlines()
+            if result.timed_out:
+                lines.append(f"[timed out after {spec.timeout:g} s]")
+            else:
+                lines.append(f"[exit status {result.exit_status}]")
+            data = {"title": spec.title, "lines": lines}
+            self.audit.record(name, self._host(name), f"probe:{spec.name}", "ok" if result.exit_status == 0 else
+                              "failed", {"exit_status": result.exit_status, "timed_out": result.timed_out})
+        self.state.set_probe_result(name, spec.name, data)
+        return data
+
+    def _host(self, name: str) -> str:
+        try:
+            return self.fleet.get(name).address
+        except KeyError:
+            return "?"
