@@ -15,7 +15,8 @@ import asyncssh
 
 
 def find_sshd() -> str | None:
-    return shutil.which("sshd") or next((p for p in ("/usr/sbin/sshd", "/usr/local/sbin/sshd") if os.path.exists(p)), None)
+    candidates = ("/usr/sbin/sshd", "/usr/local/sbin/sshd")
+    return shutil.which("sshd") or next((p for p in candidates if os.path.exists(p)), None)
 
 
 def free_port() -> int:
