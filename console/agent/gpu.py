@@ -1,17 +1,359 @@
-"""GPU sampler (placeholder interface; the full pynvml sampler replaces this)."""
+"""GPU sampler over NVML (``pynvml`` from nvidia-ml-py, or ``nvml_sim`` when the config simulates).
+
+Every NVML call goes through ``Nvml.call`` (the way nvitop's ``libnvml`` wraps pynvml): a field the
+device does not support comes back as ``None``; an error that means the device itself is gone
+(GPU is lost, Unknown, Uninitialized, reset required...) raises ``DeviceError`` so that one device is
+marked lost while the others go on.  A machine without the driver (library not found, driver not
+loaded, pynvml not importable) is state ``no_gpu``: one frame, then at most one a minute.
+
+Frames stay small: the static fields (name, uuid, mem_total, power_limit) travel only in ``full``
+frames (the first one, every 60 s, and when a device comes back).
+"""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+FULL_EVERY = 60.0  # seconds between frames carrying the static fields
+STATE_REPEAT = 60.0  # a no_gpu / error frame is repeated (and NVML init retried) at most this often
+LOST_RETRY = 30.0  # a lost device is probed again after this many seconds
+
+# Error codes (same values in pynvml and nvml_sim) after which a field is just "not available".
+_FIELD_CODES = {
+    2,  # INVALID_ARGUMENT
+    3,  # NOT_SUPPORTED
+    4,  # NO_PERMISSION
+    6,  # NOT_FOUND
+    7,  # INSUFFICIENT_SIZE
+    10,  # TIMEOUT
+    13,  # FUNCTION_NOT_FOUND
+    21,  # NO_DATA
+    24,  # FREQ_NOT_SUPPORTED
+    25,  # ARGUMENT_VERSION_MISMATCH
+    26,  # DEPRECATED
+    27,  # NOT_READY
+}
+_NO_DRIVER_CODES = {9, 12}  # DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND
+_NOT_AVAILABLE = (1 << 64) - 1  # NVML_VALUE_NOT_AVAILABLE_ulonglong
+
+
+class DeviceError(Exception):
+    """An NVML error that puts the whole device out of reach (it is reported as lost)."""
+
+
+class Nvml:
+    """A pynvml-like module plus one ``call`` helper that maps NVML errors."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+        self.error_class = getattr(module, "NVMLError", Exception)
+        self._missing: set = set()
+
+    def has(self, name: str) -> bool:
+        return name not in self._missing and hasattr(self.module, name)
+
+    def call(self, name: str, *args: Any) -> Any:
+        """Call ``module.name(*args)``: ``None`` when unsupported, ``DeviceError`` when the device is gone."""
+        fn: Optional[Callable[..., Any]] = getattr(self.module, name, None)
+        if fn is None:
+            return None
+        try:
+            return fn(*args)
+        except self.error_class as exc:
+            code = getattr(exc, "value", None)
+            if code in _FIELD_CODES:
+                return None
+            raise DeviceError(describe(exc)) from None
+        except (AttributeError, TypeError, ValueError):
+            return None  # an older pynvml without this function/struct
+        except Exception as exc:
+            if type(exc).__name__ == "NVMLLibraryMismatchError":
+                return None
+            raise
+
+    def compute_processes(self, handle: Any) -> Optional[List[Any]]:
+        """Compute processes via the newest variant this pynvml and driver offer (v3, v2, v1)."""
+        for name in (
+            "nvmlDeviceGetComputeRunningProcesses_v3",
+            "nvmlDeviceGetComputeRunningProcesses_v2",
+            "nvmlDeviceGetComputeRunningProcesses",
+        ):
+            if not self.has(name):
+                continue
+            fn = getattr(self.module, name)
+            try:
+                return list(fn(handle))
+            except self.error_class as exc:
+                code = getattr(exc, "value", None)
+                if code == 13:  # FUNCTION_NOT_FOUND: the driver predates this variant
+                    self._missing.add(name)
+                    continue
+                if code in _FIELD_CODES:
+                    return None
+                raise DeviceError(describe(exc)) from None
+            except Exception as exc:
+                if type(exc).__name__ == "NVMLLibraryMismatchError":
+                    self._missing.add(name)
+                    continue
+                raise
+        return None
+
+
+def describe(exc: BaseException) -> str:
+    name = type(exc).__name__
+    text = str(exc) or name
+    return text if name in ("NVMLError", "Exception") else "%s (%s)" % (text, name)
+
+
+def _text(value: Any) -> Optional[str]:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
+
+
+def _int(value: Any) -> Optional[int]:
+    if value is None:
+        return None
+    try:
+        out = int(value)
+    except (TypeError, ValueError):
+        return None
+    if out >= _NOT_AVAILABLE or out < 0 or out == 0xFFFFFFFF:
+        return None
+    return out
+
+
+def _watts(milliwatts: Any) -> Optional[float]:
+    value = _int(milliwatts)
+    return None if value is None else round(value / 1000.0, 1)
+
+
+def load_nvml(config: Dict[str, Any]) -> tuple[Optional[Any], bool, Optional[str]]:
+    """The NVML module for this config: (module or None, simulated, reason when None)."""
+    simulate = (config.get("gpu") or {}).get("simulate")
+    if isinstance(simulate, dict):
+        from . import nvml_sim
+
+        nvml_sim.configure(simulate)
+        return nvml_sim, True, None
+    try:
+        import pynvml  # type: ignore[import-not-found]
+    except Exception as exc:  # ImportError, or a broken install
+        return None, False, "pynvml not available: %s" % exc
+    return pynvml, False, None
+
+
+class _Device:
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.handle: Any = None
+        self.lost = False
+        self.error: Optional[str] = None
+        self.retry_at = 0.0
+        self.static: Optional[Dict[str, Any]] = None
+        self.unsupported: set = set()  # NVML functions that said "not supported" (until next full frame)
+        self.procs: List[Dict[str, Any]] = []
 
 
 class GpuSampler:
-    def __init__(self, config: Dict[str, Any]) -> None:
+    """Samples every GPU once per call; ``sample()`` returns the ``gpu`` frame fields or None."""
+
+    def __init__(self, config: Dict[str, Any], module: Any = None) -> None:
+        self.config = config
+        if module is not None:
+            self._module, self.simulated, reason = module, False, None
+        else:
+            self._module, self.simulated, reason = load_nvml(config)
+        self.nvml: Optional[Nvml] = Nvml(self._module) if self._module is not None else None
         self.state = "no_gpu"
-        self.simulated = False
+        self.message: Optional[str] = reason
+        self.driver: Optional[str] = None
+        self.devices: List[_Device] = []
+        self._initialized = False
+        self._next_full = 0.0
+        self._next_state_frame = 0.0
+        self._next_init = 0.0
+        self._mem_by_pid: Dict[int, Optional[int]] = {}
+        self._init()
+
+    # -- init / shutdown ----------------------------------------------------------------------
+    def _init(self) -> None:
+        self._next_init = time.monotonic() + STATE_REPEAT
+        if self.nvml is None:
+            self.state = "no_gpu"
+            return
+        mod = self.nvml.module
+        try:
+            mod.nvmlInit()
+        except self.nvml.error_class as exc:
+            code = getattr(exc, "value", None)
+            self.state = "no_gpu" if code in _NO_DRIVER_CODES else "error"
+            self.message = describe(exc)
+            return
+        except OSError as exc:
+            self.state, self.message = "no_gpu", "NVML not loadable: %s" % exc
+            return
+        except Exception as exc:
+            self.state, self.message = "error", describe(exc)
+            return
+        self._initialized = True
+        try:
+            self.driver = _text(self.nvml.call("nvmlSystemGetDriverVersion"))
+            count = self.nvml.call("nvmlDeviceGetCount")
+        except DeviceError as exc:
+            self.state, self.message = "error", str(exc)
+            return
+        if not count:
+            self.state, self.message = "no_gpu", "NVIDIA driver present but no devices"
+            return
+        self.devices = [_Device(i) for i in range(int(count))]
+        self.state, self.message = "ok", None
+        self._next_full = 0.0
+
+    def close(self) -> None:
+        if self._initialized and self.nvml is not None:
+            try:
+                self.nvml.module.nvmlShutdown()
+            except Exception:
+                pass
+            self._initialized = False
+
+    # -- sampling -----------------------------------------------------------------------------
+    def memory_by_pid(self) -> Dict[int, Optional[int]]:
+        """GPU memory per pid (summed over devices) from the last sample; None = on a GPU, amount unknown."""
+        return dict(self._mem_by_pid)
 
     def sample(self) -> Optional[Dict[str, Any]]:
-        return None
+        now = time.monotonic()
+        if self.state != "ok":
+            if not self._initialized and now >= self._next_init and self.nvml is not None:
+                self._init()
+                if self.state == "ok":
+                    return self.sample()
+            if now < self._next_state_frame:
+                return None
+            self._next_state_frame = now + STATE_REPEAT
+            return self._frame(False, [])
+        full = now >= self._next_full
+        records = []
+        for dev in self.devices:
+            if dev.lost and now < dev.retry_at:
+                records.append(self._lost_record(dev))
+                continue
+            was_lost = dev.lost or dev.static is None
+            try:
+                record = self._sample_device(dev, full or was_lost)
+            except DeviceError as exc:
+                dev.lost, dev.error, dev.retry_at, dev.handle = True, str(exc), now + LOST_RETRY, None
+                dev.procs = []
+                records.append(self._lost_record(dev))
+                continue
+            if was_lost and not full:  # a device that came (back): everyone gets static fields again
+                full = True
+            dev.lost, dev.error = False, None
+            records.append(record)
+        if full:
+            self._next_full = now + FULL_EVERY
+            for dev, record in zip(self.devices, records):
+                if dev.static is not None:
+                    record.update(dev.static)
+                else:
+                    record.update({"name": None, "uuid": None, "mem_total": None, "power_limit": None})
+                dev.unsupported.clear()
+        mem: Dict[int, Optional[int]] = {}
+        for dev in self.devices:
+            for proc in dev.procs:
+                pid, used = proc["pid"], proc["mem"]
+                if used is None:
+                    mem.setdefault(pid, None)
+                else:
+                    mem[pid] = (mem.get(pid) or 0) + used
+        self._mem_by_pid = mem
+        return self._frame(full, records)
 
-    def memory_by_pid(self) -> Dict[int, int]:
-        return {}
+    def _frame(self, full: bool, devices: List[Dict[str, Any]]) -> Dict[str, Any]:
+        return {
+            "state": self.state,
+            "simulated": self.simulated,
+            "driver": self.driver,
+            "message": self.message,
+            "full": full,
+            "devices": devices,
+        }
+
+    @staticmethod
+    def _lost_record(dev: _Device) -> Dict[str, Any]:
+        return {
+            "index": dev.index,
+            "lost": True,
+            "error": dev.error,
+            "util": None,
+            "mem_util": None,
+            "mem_used": None,
+            "temp": None,
+            "power": None,
+            "sm_clock": None,
+            "mem_clock": None,
+            "fan": None,
+            "procs": [],
+        }
+
+    def _q(self, dev: _Device, name: str, *args: Any) -> Any:
+        if name in dev.unsupported:
+            return None
+        assert self.nvml is not None
+        value = self.nvml.call(name, dev.handle, *args)
+        if value is None:
+            dev.unsupported.add(name)
+        return value
+
+    def _sample_device(self, dev: _Device, with_static: bool) -> Dict[str, Any]:
+        nvml = self.nvml
+        assert nvml is not None
+        mod = nvml.module
+        if dev.handle is None:
+            handle = nvml.call("nvmlDeviceGetHandleByIndex", dev.index)
+            if handle is None:
+                raise DeviceError("no handle for device %d" % dev.index)
+            dev.handle = handle
+        util = self._q(dev, "nvmlDeviceGetUtilizationRates")
+        meminfo = self._q(dev, "nvmlDeviceGetMemoryInfo")
+        clock_sm = getattr(mod, "NVML_CLOCK_SM", 1)
+        clock_mem = getattr(mod, "NVML_CLOCK_MEM", 2)
+        sm = nvml.call("nvmlDeviceGetClockInfo", dev.handle, clock_sm)
+        memclk = nvml.call("nvmlDeviceGetClockInfo", dev.handle, clock_mem)
+        raw_procs = None if "procs" in dev.unsupported else nvml.compute_processes(dev.handle)
+        if raw_procs is None:
+            dev.unsupported.add("procs")
+        procs = []
+        for proc in raw_procs or []:
+            pid = _int(getattr(proc, "pid", None))
+            if pid is None:
+                continue
+            procs.append({"pid": pid, "mem": _int(getattr(proc, "usedGpuMemory", None))})
+        dev.procs = procs
+        record = {
+            "index": dev.index,
+            "lost": False,
+            "error": None,
+            "util": _int(getattr(util, "gpu", None)) if util is not None else None,
+            "mem_util": _int(getattr(util, "memory", None)) if util is not None else None,
+            "mem_used": _int(getattr(meminfo, "used", None)) if meminfo is not None else None,
+            "temp": _int(self._q(dev, "nvmlDeviceGetTemperature", getattr(mod, "NVML_TEMPERATURE_GPU", 0))),
+            "power": _watts(self._q(dev, "nvmlDeviceGetPowerUsage")),
+            "sm_clock": _int(sm),
+            "mem_clock": _int(memclk),
+            "fan": _int(self._q(dev, "nvmlDeviceGetFanSpeed")),
+            "procs": procs,
+        }
+        if with_static or dev.static is None:
+            dev.static = {
+                "name": _text(nvml.call("nvmlDeviceGetName", dev.handle)),
+                "uuid": _text(nvml.call("nvmlDeviceGetUUID", dev.handle)),
+                "mem_total": _int(getattr(meminfo, "total", None)) if meminfo is not None else None,
+                "power_limit": _watts(nvml.call("nvmlDeviceGetEnforcedPowerLimit", dev.handle)),
+            }
+        return record

@@ -1,0 +1,152 @@
+"""The real agent process: hello first, simulated GPU frames, process tree, log lines, requests."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from console.agent import config as agent_config
+from console.agent import nvml_sim
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class AgentProc:
+    def __init__(self, cfg):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "console.agent", "--config", agent_config.encode(cfg)],
+            cwd=str(ROOT),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        self.frames: queue.Queue = queue.Queue()
+        self.seen = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.frames.put(json.loads(line))
+        self.frames.put(None)
+
+    def next(self, pred, timeout=30.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                frame = self.frames.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if frame is None:
+                raise AssertionError("agent exited: %s" % self.proc.stderr.read().decode())
+            self.seen.append(frame)
+            if pred(frame):
+                return frame
+        raise AssertionError("no matching frame within %.0f s; last: %r" % (timeout, self.seen[-3:]))
+
+    def request(self, req):
+        self.proc.stdin.write((json.dumps(req) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture
+def sleeper():
+    procs = []
+    yield lambda: procs.append(subprocess.Popen(["sleep", "300"])) or procs[-1]
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def test_agent_streams(tmp_path, sleeper):
+    state = tmp_path / "gpu.json"
+    log = tmp_path / "bench.log"
+    log.write_text("boot 1\nboot 2\n")
+    gpu_child = sleeper()
+    nvml_sim.write_state(
+        str(state), {"gpus": [{"load": 90, "processes": [{"pid": gpu_child.pid, "mem_mib": 512}]}, {"load": 0}]}
+    )
+    cfg = {
+        "interval": 0.5,
+        "log_interval": 0.25,
+        "heartbeat_interval": 1.0,
+        "logs": [str(log)],
+        "watch_dirs": [],
+        "proc_root": os.getpid(),
+        "gpu": {"simulate": {"gpus": 2, "state_file": str(state)}},
+    }
+    agent = AgentProc(cfg)
+    try:
+        hello = agent.next(lambda f: True)
+        assert hello["type"] == "hello" and hello["v"] == 1 and hello["pid"] == agent.proc.pid
+        assert hello["features"]["gpu"] == "ok" and hello["features"]["simulated_gpu"] is True
+        gpu = agent.next(lambda f: f["type"] == "gpu")
+        assert gpu["full"] and len(gpu["devices"]) == 2 and gpu["devices"][0]["name"]
+        assert gpu["devices"][0]["procs"] == [{"pid": gpu_child.pid, "mem": 512 * 1024 * 1024}]
+        procs = agent.next(lambda f: f["type"] == "procs")
+        assert procs["full"]
+        table = {r["pid"]: r for r in procs["procs"]}
+        assert agent.proc.pid in table and table[agent.proc.pid]["ppid"] == os.getpid()
+        assert table[gpu_child.pid]["gpu_mem"] == 512 * 1024 * 1024
+        backlog = agent.next(lambda f: f["type"] == "log")
+        assert backlog["backlog"] and backlog["lines"] == ["boot 1", "boot 2"] and backlog["first_line"] == 1
+        # a new child of ours shows up as a change
+        child = sleeper()
+        agent.next(lambda f: f["type"] == "procs" and any(r["pid"] == child.pid for r in f.get("upsert", [])))
+        agent.next(lambda f: f["type"] == "gpu" and not f["full"] and "name" not in f["devices"][0])
+        # appended lines arrive as one log frame with the right numbers
+        with open(log, "a") as fh:
+            fh.write("step 3\nstep 4\n")
+        frame = agent.next(lambda f: f["type"] == "log" and not f["backlog"])
+        assert frame["lines"] == ["step 3", "step 4"] and frame["first_line"] == 3
+        # GPU 1 is lost mid-run; GPU 0 goes on
+        nvml_sim.write_state(str(state), {"gpus": [{"load": 90}, {"load": 0}], "failures": {"lost": [1]}})
+        lost = agent.next(lambda f: f["type"] == "gpu" and f["devices"][1]["lost"])
+        assert not lost["devices"][0]["lost"] and lost["devices"][0]["util"] > 50
+        agent.next(lambda f: f["type"] == "heartbeat")
+        agent.request({"id": 7, "op": "backlog", "args": {"lines": 1}})
+        again = agent.next(lambda f: f["type"] == "log" and f["backlog"])
+        assert again["lines"] == ["step 4"] and again["first_line"] == 4
+        agent.request({"id": 8, "op": "stop"})
+        agent.next(lambda f: f["type"] == "result" and f["id"] == 8)
+        agent.proc.wait(15)
+    finally:
+        agent.stop()
+
+
+def test_agent_without_driver_says_no_gpu_once(tmp_path):
+    state = tmp_path / "gpu.json"
+    nvml_sim.write_state(str(state), {"no_driver": True})
+    cfg = {
+        "interval": 0.2,
+        "watch_dirs": [],
+        "proc_root": os.getpid(),
+        "gpu": {"simulate": {"gpus": 1, "state_file": str(state)}},
+    }
+    agent = AgentProc(cfg)
+    try:
+        hello = agent.next(lambda f: True)
+        assert hello["features"]["gpu"] == "no_gpu"
+        agent.next(lambda f: f["type"] == "gpu" and f["state"] == "no_gpu")
+        agent.next(lambda f: f["type"] == "heartbeat" and f["samples"] >= 10, timeout=40)
+        assert sum(1 for f in agent.seen if f["type"] == "gpu") == 1
+        assert not any(f["type"] == "error" for f in agent.seen)
+    finally:
+        agent.stop()

@@ -1,0 +1,197 @@
+"""ProcSampler and read_process_table against real processes, through psutil and through /proc."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from console.agent import procs as procs_mod
+from console.agent.procs import ProcSampler, read_process_table, read_wchan
+
+BACKENDS = ["psutil", "proc"]
+FIELDS = {"pid", "ppid", "name", "cmdline", "state", "wchan", "cpu", "rss", "start", "gpu_mem"}
+
+
+@pytest.fixture
+def children():
+    started = []
+
+    def spawn(args, **kw):
+        proc = subprocess.Popen(args, **kw)
+        started.append(proc)
+        return proc
+
+    yield spawn
+    for proc in started:
+        try:
+            os.kill(proc.pid, signal.SIGCONT)
+        except OSError:
+            pass
+        proc.kill()
+        proc.wait()
+
+
+def _until(fn, timeout=20.0, step=0.2):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met within %.0f s" % timeout)
+        time.sleep(step)
+
+
+def _apply(table, frame):
+    if frame is None:
+        return table
+    if frame["full"]:
+        return {r["pid"]: r for r in frame["procs"]}
+    for pid in frame["gone"]:
+        table.pop(pid, None)
+    for rec in frame["upsert"]:
+        table[rec["pid"]] = rec
+    return table
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_full_tree_then_changes(backend, children):
+    root = children(["sh", "-c", "sleep 300 & sleep 301 & wait"])
+    sampler = ProcSampler({"proc_root": root.pid}, backend=backend)
+    assert sampler.uses_psutil == (backend == "psutil")
+
+    def tree():
+        return {r["pid"]: r for r in read_process_table({"proc_root": root.pid}, backend=backend)}
+
+    _until(lambda: len(tree()) == 3)
+    frame = sampler.sample({})
+    assert frame["full"]
+    table = _apply({}, frame)
+    assert set(table) == set(tree())
+    sh = table[root.pid]
+    assert set(sh) == FIELDS and sh["name"] == "sh" and sh["ppid"] == os.getpid()
+    sleeps = [r for r in table.values() if r["name"] == "sleep"]
+    assert sorted(r["cmdline"] for r in sleeps) == ["sleep 300", "sleep 301"]
+    for rec in sleeps:
+        assert rec["ppid"] == root.pid and rec["state"] == "S" and rec["rss"] > 0
+        assert abs(rec["start"] - time.time()) < 120
+        assert rec["wchan"] is None or (isinstance(rec["wchan"], str) and rec["wchan"] not in ("", "0"))
+        assert rec["cpu"] is not None and rec["cpu"] < 50
+    # one sleep dies: it is reported gone, and nothing else changes
+    victim = sleeps[0]["pid"]
+    os.kill(victim, signal.SIGKILL)
+
+    def gone():
+        frame = sampler.sample({})
+        _apply(table, frame)
+        return frame is not None and victim in frame.get("gone", [])
+
+    _until(gone)
+    assert victim not in table and len(table) == 2
+    # a sampled-but-unchanged tree sends nothing
+    assert _until(lambda: sampler.sample({}) is None)
+    sampler.reset()
+    assert sampler.sample({})["full"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stopped_state_and_gpu_mem(backend, children):
+    child = children(["sleep", "300"])
+    _until(lambda: [r for r in read_process_table({"proc_root": child.pid}) if r["name"] == "sleep"])
+    sampler = ProcSampler({"proc_root": child.pid}, backend=backend)
+    table = _apply({}, sampler.sample({}))
+    assert table[child.pid]["state"] == "S" and table[child.pid]["gpu_mem"] is None
+    os.kill(child.pid, signal.SIGSTOP)
+    # an idle process is re-read within ~COLD_PERIOD seconds; one on a GPU every sample
+    _until(lambda: _apply(table, sampler.sample({}))[child.pid]["state"] in ("T", "t"), step=0.5)
+    frame = sampler.sample({child.pid: 123456})
+    assert frame["upsert"][0]["gpu_mem"] == 123456
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cpu_percent_from_deltas(backend, children):
+    busy = children([sys.executable, "-c", "while True: pass"])
+    sampler = ProcSampler({"proc_root": busy.pid}, backend=backend)
+    sampler.sample({})
+    readings = []
+
+    def busy_enough():
+        time.sleep(0.5)
+        frame = sampler.sample({})
+        for rec in (frame or {}).get("upsert", []):
+            readings.append(rec["cpu"])
+        return any(c > 20 for c in readings)
+
+    _until(busy_enough)
+    assert all(c <= 100 * os.cpu_count() + 5 for c in readings)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_new_process_is_upserted(backend, children):
+    root = children(["sh", "-c", "read x; sleep 300"], stdin=subprocess.PIPE)
+    sampler = ProcSampler({"proc_root": root.pid}, backend=backend)
+    assert set(_apply({}, sampler.sample({}))) == {root.pid}
+    root.stdin.write(b"go\n")
+    root.stdin.flush()
+
+    def has_sleep():
+        frame = sampler.sample({})
+        return frame and any(r["name"] == "sleep" and r["ppid"] == root.pid for r in frame["upsert"])
+
+    _until(has_sleep)
+
+
+def test_read_process_table_snapshot(children):
+    child = children(["sleep", "300"])
+    for backend in BACKENDS:
+        table = {r["pid"]: r for r in read_process_table({}, backend=backend)}
+        assert os.getpid() in table and child.pid in table, backend
+        assert table[child.pid]["cpu"] is None and table[child.pid]["cmdline"] == "sleep 300"
+        assert set(table[child.pid]) == FIELDS
+        assert all(r["ppid"] != 2 for r in table.values())  # no kernel threads
+
+
+def test_wchan_unknown_values(tmp_path, monkeypatch):
+    for pid, text in ((11, b"0"), (12, b""), (13, b"do_wait\n")):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "wchan").write_bytes(text)
+    monkeypatch.setattr(procs_mod, "PROC", str(tmp_path))
+    assert read_wchan(11) is None and read_wchan(12) is None and read_wchan(14) is None
+    assert read_wchan(13) == "do_wait"
+
+
+def test_waiting_parent_wchan(children):
+    root = children(["sh", "-c", "sleep 300; true"])
+    time.sleep(0.3)
+    wchan = read_wchan(root.pid)
+    assert wchan is None or wchan in ("do_wait", "kernel_wait4", "do_sys_wait4") or "wait" in wchan
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_exec_updates_name_and_cmdline(backend, children):
+    child = children(["sh", "-c", "read x; exec sleep 300"], stdin=subprocess.PIPE)
+    sampler = ProcSampler({"proc_root": child.pid}, backend=backend)
+    table = _apply({}, sampler.sample({}))
+    assert table[child.pid]["name"] == "sh"
+    child.stdin.write(b"go\n")
+    child.stdin.flush()
+    _until(lambda: _apply(table, sampler.sample({}))[child.pid]["cmdline"] == "sleep 300", step=0.5)
+    assert table[child.pid]["name"] == "sleep"
+
+
+def test_idle_processes_are_not_reread_every_sample(children):
+    sleepers = [children(["sleep", "300"]) for _ in range(60)]
+    sampler = ProcSampler({}, backend="proc")
+    sampler.sample({})
+    total = len(procs_mod._list_pids())
+    before = sampler.reads
+    for _ in range(3):
+        sampler.sample({})
+    per_sample = (sampler.reads - before) / 3
+    assert per_sample < total * 0.7, (per_sample, total)
+    assert len(sleepers) == 60
