@@ -45,3 +45,6 @@ def full_procs(agent: Any, args: Dict[str, Any]) -> Dict[str, Any]:
     """Send the whole process tree again on the next sample."""
     agent.procs.reset()
     return {"ok": True}
+
+
+from . import diagnose, probes, restart  # noqa: E402,F401  (register ops)

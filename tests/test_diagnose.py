@@ -1,0 +1,320 @@
+"""Diagnosis: the pure analysis on fixtures, and the gatherer on real fake-benchmark process chains."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional
+
+import pytest
+
+from console.agent import config as agent_config
+from console.agent import diagnose as dg
+from console.agent.ops import OPS
+from console.agent.signatures import read_tail
+from tests.fixtures.chains.harness import Harness, wait_for
+
+LOCAL_SEED = Path(__file__).resolve().parent / "fixtures" / "seed-warmup-broken-pipe"
+SHARED_SEED = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "seed-warmup-broken-pipe"
+
+
+def seed_dirs() -> List[Path]:
+    return [p for p in (SHARED_SEED, LOCAL_SEED) if (p / "tmp").is_dir()]
+
+
+@pytest.fixture(params=seed_dirs(), ids=lambda p: "shared" if p == SHARED_SEED else "local")
+def seed_tmp(request: Any, tmp_path: Path) -> Path:
+    """A copy of the seed fixture's tmp/ (the logs as they were on the instance)."""
+    dest = tmp_path / "tmp"
+    shutil.copytree(str(request.param / "tmp"), str(dest))
+    old = time.time() - 900
+    for path in dest.iterdir():
+        os.utime(str(path), (old, old))
+    return dest
+
+
+def rec(pid: int, ppid: int, cmdline: str, state: str = "S", wchan: Optional[str] = None, cpu: float = 0.0,
+        start: float = 0.0) -> Dict[str, Any]:
+    return {"pid": pid, "ppid": ppid, "name": cmdline.split()[0].rsplit("/", 1)[-1], "cmdline": cmdline,
+            "state": state, "wchan": wchan, "cpu": cpu, "rss": 4 << 20, "start": start or time.time() - 3600,
+            "gpu_mem": None}
+
+
+def logs_of(directory: Path) -> List[Dict[str, Any]]:
+    out = []
+    for path in sorted(directory.iterdir()):
+        lines, first = read_tail(str(path))
+        st = path.stat()
+        out.append({"path": str(path), "mtime": st.st_mtime, "size": st.st_size, "first_line": first,
+                    "lines": lines})
+    return out
+
+
+SEED_BENCH = {"match": [r"cuzk-daemon", r"cuzk-bench\b"], "entrypoint": [r"/entrypoint\.sh"]}
+
+
+def seed_facts(tmp: Path, wchan: Optional[str] = "do_wait", gpu_util: int = 0) -> Dict[str, Any]:
+    procs = [
+        rec(1, 0, "/sbin/docker-init -- /opt/start.sh"),
+        rec(27, 1, "/usr/sbin/sshd -D"),
+        rec(369, 1, "bash /entrypoint.sh", wchan=wchan),
+    ]
+    return {
+        "now": time.time(),
+        "benchmark": SEED_BENCH,
+        "processes": procs,
+        "files": [{"path": log["path"], "mtime": log["mtime"], "size": log["size"]} for log in logs_of(tmp)],
+        "logs": logs_of(tmp),
+        "dmesg": {"lines": [], "error": "not permitted"},
+        "gpu": {"state": "ok", "devices": [{"index": 0, "util": gpu_util, "mem_used": 0},
+                                           {"index": 1, "util": gpu_util, "mem_used": 0}]},
+    }
+
+
+def by_code(result: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+    return {f["code"]: f for f in result["findings"]}
+
+
+# -- the seed, pure ------------------------------------------------------------------------------
+def test_seed_headline_is_transport_error_on_the_warmup_proof(seed_tmp: Path) -> None:
+    result = dg.analyze(seed_facts(seed_tmp))
+    verdict = result["verdict"]
+    assert verdict["code"] == "transport_error"
+    assert verdict["severity"] in ("error", "critical")
+    assert "warmup proof" in verdict["summary"]
+    found = by_code(result)
+    transport = found["transport_error"]
+    log = str(seed_tmp / "benchmark-full.log")
+    ev = {(e["path"], e["line"]): e["text"] for e in transport["evidence"]}
+    assert "broken pipe" in ev[(log, 5)]
+    assert ev[(log, 8)] == "1: Broken pipe (os error 32)"
+    assert ev[(log, 9)] == "warmup proof failed, aborting benchmark"
+    assert found["benchmark_not_running"]["severity"] == "error"
+    assert "369" in found["waiting_on_child"]["summary"]
+    assert "do_wait" in found["waiting_on_child"]["summary"]
+    missing = found["missing_input"]
+    assert missing["severity"] == "info"
+    assert "then downloaded" in missing["summary"]
+    assert (log, 1) in {(e["path"], e["line"]) for e in missing["evidence"]}
+    assert any(e["text"].endswith("100.0%") and e["line"] == 3 for e in missing["evidence"])
+    assert found["gpu_idle"]["severity"] == "warning"
+    names = [s["name"] for s in result["steps"]]
+    assert names == ["processes", "entrypoint", "recent_files", "logs", "signatures", "gpu", "verdict"]
+    assert all(f["severity"] in ("info", "warning", "error", "critical") for f in result["findings"])
+
+
+def test_seed_waiting_on_child_without_wchan(seed_tmp: Path) -> None:
+    """wchan is often unknown on these hosts: a live entrypoint whose child exited still counts."""
+    facts = seed_facts(seed_tmp, wchan=None)
+    result = dg.analyze(facts)
+    assert "waiting_on_child" in by_code(result)
+    assert result["verdict"]["code"] == "transport_error"
+    # an idle child (sleep) also counts; a busy child does not
+    facts["processes"].append(rec(400, 369, "sleep infinity"))
+    assert "only idle children" in by_code(dg.analyze(facts))["waiting_on_child"]["summary"]
+    facts["processes"][-1] = rec(400, 369, "python3 setup_params.py", state="R", cpu=95.0)
+    assert "waiting_on_child" not in by_code(dg.analyze(facts))
+
+
+def test_symptoms_alone_rank_benchmark_not_running(tmp_path: Path) -> None:
+    facts = {"now": time.time(), "benchmark": SEED_BENCH,
+             "processes": [rec(369, 1, "bash /entrypoint.sh", wchan="do_wait")], "logs": [], "files": [],
+             "gpu": {"state": "ok", "devices": [{"index": 0, "util": 0}]}}
+    result = dg.analyze(facts)
+    assert result["verdict"]["code"] == "benchmark_not_running"
+    assert set(by_code(result)) == {"benchmark_not_running", "waiting_on_child", "gpu_idle"}
+
+
+def test_healthy_running_benchmark(tmp_path: Path) -> None:
+    log = tmp_path / "bench.log"
+    log.write_text("Running warmup proof...\nwarmup ok in 40.1s\nproof 1/10 done\n")
+    facts = {
+        "now": time.time(),
+        "benchmark": SEED_BENCH,
+        "processes": [rec(369, 1, "bash /entrypoint.sh", wchan="do_wait"),
+                      rec(400, 369, "bash benchmark.sh"),
+                      rec(401, 400, "/opt/cuzk-daemon --config x", state="R", cpu=300.0),
+                      rec(402, 400, "/opt/cuzk-bench --warmup", cpu=2.0)],
+        "logs": logs_of(tmp_path),
+        "files": [],
+        "gpu": {"state": "ok", "devices": [{"index": 0, "util": 97}, {"index": 1, "util": 95}]},
+    }
+    result = dg.analyze(facts)
+    assert result["verdict"]["code"] == "healthy", result["findings"]
+    assert result["verdict"]["severity"] == "info"
+    assert result["findings"] == []
+
+
+def test_errors_from_before_the_current_run_are_history(tmp_path: Path) -> None:
+    log = tmp_path / "bench.log"
+    log.write_text("Running warmup proof...\n    0: transport error\n")
+    old = time.time() - 3600
+    os.utime(str(log), (old, old))
+    facts = {
+        "now": time.time(),
+        "benchmark": SEED_BENCH,
+        "processes": [rec(401, 1, "/opt/cuzk-daemon", state="R", cpu=300.0, start=time.time() - 60)],
+        "logs": logs_of(tmp_path),
+        "files": [],
+    }
+    result = dg.analyze(facts)
+    assert result["verdict"]["code"] == "healthy"
+    assert by_code(result)["transport_error"]["severity"] == "info"
+
+
+def test_cuda_oom_outranks_the_transport_error_it_causes(tmp_path: Path) -> None:
+    (tmp_path / "daemon.log").write_text(
+        "INFO starting cuzk-daemon\nERROR CUDA error: out of memory (CUDA_ERROR_OUT_OF_MEMORY)\n")
+    (tmp_path / "bench.log").write_text(
+        "Running warmup proof...\nError: status: Unavailable, message: \"Connection refused\"\n"
+        "warmup proof failed, aborting benchmark\n")
+    facts = {"now": time.time(), "benchmark": SEED_BENCH, "processes": [], "logs": logs_of(tmp_path), "files": []}
+    result = dg.analyze(facts)
+    assert result["verdict"]["code"] == "cuda_oom"
+    assert {"cuda_oom", "transport_error", "benchmark_not_running"} <= set(by_code(result))
+
+
+def test_host_oom_kill_and_gpu_lost_from_dmesg() -> None:
+    uptime = 9100.0
+    dmesg = [
+        "[   12.000000] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.14",
+        "[ 8123.400000] cuzk-daemon invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP)",
+        "[ 8123.456789] Out of memory: Killed process 4242 (cuzk-daemon) total-vm:987654321kB, "
+        "anon-rss:123456789kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:241000kB oom_score_adj:0",
+    ]
+    facts = {"now": time.time(), "benchmark": SEED_BENCH, "processes": [], "logs": [], "files": [],
+             "dmesg": {"lines": dmesg, "error": None, "uptime": uptime}, "dmesg_max_age": 3600}
+    result = dg.analyze(facts)
+    assert result["verdict"]["code"] == "host_oom_kill"
+    assert "cuzk-daemon (pid 4242)" in result["verdict"]["summary"]
+    assert by_code(result)["host_oom_kill"]["evidence"][0]["path"] == "dmesg"
+    dmesg.append("[ 9001.000001] NVRM: Xid (PCI:0000:01:00): 79, pid=1234, GPU has fallen off the bus.")
+    result = dg.analyze(facts)
+    assert result["verdict"]["code"] == "gpu_lost"
+    assert "fell off the bus" in result["verdict"]["summary"]
+    # events older than dmesg_max_age are not news
+    facts["dmesg"]["uptime"] = 9001.0 + 7200
+    assert dg.analyze(facts)["verdict"]["code"] == "benchmark_not_running"
+
+
+def test_gpu_lost_from_the_sampler() -> None:
+    facts = {"now": time.time(), "benchmark": {}, "processes": [], "logs": [], "files": [],
+             "gpu": {"state": "ok", "devices": [{"index": 0, "util": 99},
+                                                {"index": 1, "lost": True, "error": "GPU is lost"}]}}
+    result = dg.analyze(facts)
+    assert result["verdict"]["code"] == "gpu_lost"
+    assert result["verdict"]["severity"] == "critical"
+
+
+def test_download_stalled_and_unresolved_missing_input(tmp_path: Path) -> None:
+    log = tmp_path / "benchmark-full.log"
+    log.write_bytes(b"C1 output not found at /data/c1.json\nDownloading from https://x/c1.json ...\n"
+                    b"#=#=#\r   0.0%\r###      5.2%\r########################     33.9%")
+    old = time.time() - 600
+    os.utime(str(log), (old, old))
+    facts = {"now": time.time(), "benchmark": SEED_BENCH, "processes": [], "logs": logs_of(tmp_path),
+             "files": [], "stall_seconds": 120}
+    result = dg.analyze(facts)
+    assert result["verdict"]["code"] == "download_stalled"
+    assert "33.9%" in result["verdict"]["summary"]
+    stalled = by_code(result)["download_stalled"]
+    assert [e["line"] for e in stalled["evidence"]] == [2, 3]
+    assert by_code(result)["missing_input"]["severity"] == "warning"
+    # still moving: not stalled
+    facts["stall_seconds"] = 3600
+    assert "download_stalled" not in by_code(dg.analyze(facts))
+
+
+def test_python_traceback_names_the_exception(tmp_path: Path) -> None:
+    (tmp_path / "run.log").write_text(
+        "Running C2 prove...\nTraceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n"
+        "    main()\nValueError: sector size 64GiB is not supported\n")
+    facts = {"now": time.time(), "benchmark": {}, "processes": [], "logs": logs_of(tmp_path), "files": []}
+    verdict = dg.analyze(facts)["verdict"]
+    assert verdict["code"] == "python_traceback"
+    assert "ValueError: sector size" in verdict["summary"]
+    assert "C2 prove" in verdict["summary"]
+
+
+# -- the gatherer on real processes -----------------------------------------------------------------
+@pytest.fixture
+def chains(tmp_path: Path) -> Iterator[Harness]:
+    harness = Harness(tmp_path)
+    try:
+        yield harness
+    finally:
+        harness.cleanup()
+
+
+def _diagnose_until(config: Dict[str, Any], code: str, timeout: float = 30.0) -> Dict[str, Any]:
+    def attempt() -> Optional[Dict[str, Any]]:
+        result = dg.diagnose(config, include_dmesg=False)
+        return result if result["verdict"]["code"] == code else None
+
+    result = wait_for(attempt, timeout=timeout, interval=0.3)
+    if not result:
+        result = dg.diagnose(config, include_dmesg=False)
+        pytest.fail("verdict %r, wanted %r: %r" % (result["verdict"], code, result["findings"]))
+    return result
+
+
+def test_gatherer_finds_the_seed_failure_on_a_real_chain(chains: Harness) -> None:
+    chains.start("seed")
+    assert wait_for(lambda: "benchmark exited" in chains.log_text("setup.log"), timeout=30)
+    config = chains.config("seed")
+    result = _diagnose_until(config, "transport_error")
+    assert "warmup proof" in result["verdict"]["summary"]
+    found = by_code(result)
+    assert {"benchmark_not_running", "waiting_on_child"} <= set(found)
+    assert found["missing_input"]["severity"] == "info"
+    log = str(chains.logdir / "benchmark-full.log")
+    texts = {(e["path"], e["text"]) for e in found["transport_error"]["evidence"]}
+    assert (log, "warmup proof failed, aborting benchmark") in texts
+    tree = next(s for s in result["steps"] if s["name"] == "entrypoint")
+    assert any("entrypoint.sh" in line for line in tree["lines"])
+    assert any("sleep 100000" in line for line in tree["lines"])
+
+
+def test_gatherer_finds_cuda_oom_on_a_real_chain(chains: Harness) -> None:
+    chains.start("oom")
+    assert wait_for(lambda: "benchmark exited" in chains.log_text("setup.log"), timeout=30)
+    result = _diagnose_until(chains.config("oom"), "cuda_oom")
+    found = by_code(result)
+    assert found["cuda_oom"]["evidence"][0]["path"].endswith("cuzk-bench-daemon.log")
+    assert {"transport_error", "benchmark_not_running", "waiting_on_child"} <= set(found)
+
+
+def test_gatherer_finds_a_stalled_download_on_a_real_chain(chains: Harness) -> None:
+    chains.start("stall")
+    assert wait_for(lambda: "33.9%" in chains.log_text("benchmark-full.log"), timeout=30)
+    config = chains.config("stall")
+    config["stall_seconds"] = 1.0
+    result = _diagnose_until(config, "download_stalled")
+    assert "33.9%" in result["verdict"]["summary"]
+    ev = by_code(result)["download_stalled"]["evidence"]
+    assert ev[-1]["line"] == 3 and ev[-1]["path"].endswith("benchmark-full.log")
+
+
+def test_gatherer_healthy_when_the_chain_runs(chains: Harness) -> None:
+    chains.start("run")
+    assert wait_for(lambda: len(chains.bench_pids()) >= 2, timeout=30)
+    result = _diagnose_until(chains.config("run"), "healthy")
+    proc_step = result["steps"][0]
+    assert proc_step["status"] == "ok"
+
+
+def test_diagnose_op_and_function_without_an_agent(chains: Harness) -> None:
+    config = chains.config("run")
+
+    class FakeAgent:
+        def __init__(self) -> None:
+            self.config = config
+            self.gpu = None
+
+    data = OPS["diagnose"](FakeAgent(), {"dmesg": False})
+    assert data["verdict"]["code"] == "benchmark_not_running"
+    assert set(data) >= {"verdict", "findings", "steps"}
+    empty = agent_config._merge(agent_config.DEFAULTS, {"watch_dirs": []})
+    assert dg.diagnose(empty, include_dmesg=False)["verdict"]["code"] == "healthy"
