@@ -1,0 +1,268 @@
+"""Console UI benchmark: 100 instances x 8 GPUs at 1 Hz into the fleet state while the app runs headless.
+
+Measures, over ``--seconds`` (default 20) at ``--size`` (default 200x60):
+- event-loop lag: a task sleeping 20 ms records how late it wakes (p95 / p99 / max);
+- CPU: process CPU time / wall time (percent of one core), frame decoding of the links not included
+  (frames are handed to ``FleetState.apply_frame`` as dicts, spread evenly over each second);
+- RSS at the end (psutil);
+- update-to-paint latency: from a pane's instance changing in the state to that pane being rendered.
+
+Goals (design.md): lag p99 < 50 ms, CPU < 25 %, RSS < 300 MB.
+
+    .venv/bin/python bench/ui_bench.py [--seconds 20] [--size 200x60] [--instances 100] [--gpus 8] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("FLEET_CONSOLE_CONFIG_DIR", tempfile.mkdtemp(prefix="fleet-ui-bench-"))
+
+import psutil
+
+from console.app import FleetApp
+from console.inventory import Instance
+from console.state import FleetState
+from widgets.fleet_grid import FleetGrid
+
+GIB = 2**30
+
+
+class BenchFleet:
+    """What the app needs from a controller, fed by a synthetic frame source (no links, no agents)."""
+
+    def __init__(self, instances: int, gpus: int) -> None:
+        self.state = FleetState()
+        self.read_only = True
+        self.demo = True
+        self.gpus = gpus
+        self.names = ["bench-%03d" % i for i in range(instances)]
+        for i, name in enumerate(self.names):
+            self.state.add_instance(Instance(name=name, host="10.1.%d.%d" % (i // 250, i % 250), tags=("bench",)))
+        self.rng = random.Random(7)
+        self.seq = 0
+
+    async def start(self) -> None:
+        for i, name in enumerate(self.names):
+            self.state.set_link_status(name, "connected", "")
+            self.state.apply_frame(
+                name,
+                {
+                    "type": "hello",
+                    "ts": time.time(),
+                    "v": 1,
+                    "pid": 1000 + i,
+                    "features": {"gpu": "ok", "simulated_gpu": True, "psutil": True},
+                },
+            )
+            self.state.apply_frame(name, self.gpu_frame(i, full=True))
+            procs = [self.proc(100, 1, "entrypoint.sh"), self.proc(101, 100, "python3")]
+            procs += [self.proc(200 + k, 101, "worker") for k in range(30)]
+            self.state.apply_frame(name, {"type": "procs", "ts": time.time(), "full": True, "procs": procs})
+            self.state.apply_frame(name, self.log_frame(name, 200, backlog=True))
+
+    async def stop(self) -> None:
+        pass
+
+    def probe_specs(self, name: str) -> list:
+        return []
+
+    def proc(self, pid: int, ppid: int, name: str) -> dict:
+        return {
+            "pid": pid,
+            "ppid": ppid,
+            "name": name,
+            "cmdline": "%s --bench" % name,
+            "state": "S",
+            "wchan": "do_wait" if pid == 100 else None,
+            "cpu": self.rng.random() * 100,
+            "rss": 500 * 2**20,
+            "start": 1.0,
+            "gpu_mem": 10 * GIB if name == "worker" else None,
+        }
+
+    def gpu_frame(self, i: int, full: bool = False) -> dict:
+        devices = []
+        for k in range(self.gpus):
+            dev = {
+                "index": k,
+                "lost": False,
+                "error": None,
+                "util": self.rng.randint(0, 100),
+                "mem_util": self.rng.randint(0, 100),
+                "mem_used": self.rng.randint(1, 79) * GIB,
+                "temp": self.rng.randint(40, 85),
+                "power": 300.0,
+                "sm_clock": 1800,
+                "mem_clock": 1300,
+                "fan": None,
+                "procs": [{"pid": 200 + k, "mem": 10 * GIB}],
+            }
+            if full:
+                dev.update(
+                    name="NVIDIA H100 80GB HBM3", uuid="GPU-%d-%d" % (i, k), mem_total=80 * GIB, power_limit=700.0
+                )
+            devices.append(dev)
+        return {
+            "type": "gpu",
+            "ts": time.time(),
+            "state": "ok",
+            "simulated": True,
+            "driver": "550.54.15",
+            "message": None,
+            "full": full,
+            "devices": devices,
+        }
+
+    def log_frame(self, name: str, count: int, backlog: bool = False) -> dict:
+        first = self.seq + 1
+        self.seq += count
+        lines = ["%s step %d loss %.4f" % (name, first + k, self.rng.random()) for k in range(count)]
+        return {
+            "type": "log",
+            "ts": time.time(),
+            "path": "/tmp/benchmark-full.log",
+            "lines": lines,
+            "first_line": first,
+            "backlog": backlog,
+            "event": None,
+        }
+
+    async def feed(self, seconds: float) -> int:
+        """1 Hz per instance, spread evenly over each second; procs/log deltas as a real agent sends."""
+        frames = 0
+        n = len(self.names)
+        step = 1.0 / n
+        start = time.perf_counter()
+        tick = 0
+        while time.perf_counter() - start < seconds:
+            for i, name in enumerate(self.names):
+                target = start + tick + i * step
+                delay = target - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                self.state.apply_frame(name, self.gpu_frame(i))
+                frames += 1
+                if (tick + i) % 2 == 0:
+                    self.state.apply_frame(
+                        name,
+                        {
+                            "type": "procs",
+                            "ts": time.time(),
+                            "full": False,
+                            "upsert": [self.proc(101, 100, "python3")],
+                            "gone": [],
+                        },
+                    )
+                    frames += 1
+                if (tick + i) % 3 == 0:
+                    self.state.apply_frame(name, self.log_frame(name, 2))
+                    frames += 1
+                if (tick + i) % 5 == 0:
+                    self.state.apply_frame(
+                        name, {"type": "heartbeat", "ts": time.time(), "seq": tick, "samples": tick, "sent": 0}
+                    )
+                    frames += 1
+            tick += 1
+        return frames
+
+
+def pct(values, q: float) -> float:
+    if not values:
+        return 0.0
+    values = sorted(values)
+    return values[min(len(values) - 1, round(q / 100 * (len(values) - 1)))]
+
+
+async def run(seconds: float, size: tuple, instances: int, gpus: int) -> dict:
+    fleet = BenchFleet(instances, gpus)
+    app = FleetApp(fleet, theme="dark")
+    lags: list = []
+    latencies: list = []
+    seen: dict = {}
+
+    def rendered(name: str, updated_at: float) -> None:
+        if seen.get(name, 0.0) < updated_at:
+            seen[name] = updated_at
+            latencies.append(time.time() - updated_at)
+
+    async def lag_probe(stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            await asyncio.sleep(0.020)
+            lags.append(time.perf_counter() - t0 - 0.020)
+
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause(1.0)
+        grid = app.query_one(FleetGrid)
+        grid.on_pane_rendered = rendered
+        stop = asyncio.Event()
+        probe = asyncio.create_task(lag_probe(stop))
+        proc = psutil.Process()
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        paints0, frames0 = grid.paints, app.frames_painted
+        frames = await fleet.feed(seconds)
+        wall = time.perf_counter() - wall0
+        cpu = time.process_time() - cpu0
+        stop.set()
+        await probe
+        rss = proc.memory_info().rss
+        paints, ticks = grid.paints - paints0, app.frames_painted - frames0
+        visible = sum(1 for n in grid.visible_names if grid._pos[n][1] < size[1])
+    return {
+        "size": "%dx%d" % size,
+        "instances": instances,
+        "gpus_per_instance": gpus,
+        "seconds": round(wall, 1),
+        "frames_applied": frames,
+        "cpu_percent_one_core": round(100 * cpu / wall, 1),
+        "loop_lag_ms": {
+            "p50": round(1000 * statistics.median(lags), 1) if lags else 0,
+            "p95": round(1000 * pct(lags, 95), 1),
+            "p99": round(1000 * pct(lags, 99), 1),
+            "max": round(1000 * max(lags), 1) if lags else 0,
+        },
+        "update_to_paint_ms": {
+            "p50": round(1000 * statistics.median(latencies), 1) if latencies else None,
+            "p95": round(1000 * pct(latencies, 95), 1),
+            "max": round(1000 * max(latencies), 1) if latencies else None,
+        },
+        "rss_mb": round(rss / 2**20, 1),
+        "pane_renders": paints,
+        "ui_frames": ticks,
+        "panes_on_screen_approx": visible,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--size", default="200x60")
+    parser.add_argument("--instances", type=int, default=100)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    w, h = (int(x) for x in args.size.lower().split("x"))
+    result = asyncio.run(run(args.seconds, (w, h), args.instances, args.gpus))
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for key, value in result.items():
+            print("%-24s %s" % (key, value))
+    ok = result["loop_lag_ms"]["p99"] < 50 and result["cpu_percent_one_core"] < 25 and result["rss_mb"] < 300
+    print("goals (lag p99 < 50 ms, CPU < 25 %, RSS < 300 MB):", "met" if ok else "MISSED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,553 @@
+"""Fleet state: plain data fed by the links (frames, link status, diagnoses), read by the UI.
+
+No Textual here. Everything is bounded: GPU history rings (10 minutes at 1 Hz), log rings per file,
+a capped number of followed files, error and event lists. ``apply_frame`` is on the hot path
+(hundreds of instances x 8 GPUs at 1 Hz) and stays a handful of dict updates and deque appends.
+
+The UI asks ``take_dirty()`` for the names changed since it last painted, ``take_events()`` for the
+"got worse" transitions it turns into notifications, and calls ``tick()`` about once a second so that
+time-based states (stale, idle GPUs) are re-derived even when no frame arrives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections import deque
+from typing import Any, Deque, Dict, Iterable, List, Optional, Set, Tuple
+
+HISTORY_SECONDS = 600  # GPU util history: 10 minutes at 1 Hz
+LOG_RING_LINES = 2000  # lines kept per followed file
+MAX_LOG_FILES = 32  # files kept per instance (least recently active dropped)
+MAX_ERRORS = 20
+MAX_EVENTS = 200
+MAX_PROBE_LINES = 2000
+DEFAULT_HEARTBEAT = 5.0  # agent heartbeat_interval default (seconds)
+STALE_FACTOR = 3.0
+IDLE_UTIL = 5  # % at or under which a GPU counts as idle
+IDLE_WINDOW = 30  # samples (seconds) of idleness before an instance is "gpu_idle"
+BUSY_UTIL = 10  # % from which a GPU counts as busy in the fleet totals
+
+# Derived statuses, worst first; the rank is the sort key ("trouble first").
+STATUSES = ("failed", "unreachable", "benchmark_down", "stale", "gpu_idle", "connecting", "ok")
+RANK = {status: i for i, status in enumerate(STATUSES)}
+TROUBLE = frozenset(("failed", "unreachable", "benchmark_down", "stale", "gpu_idle"))
+BAD_LINK = frozenset(("unreachable", "auth_failed", "hostkey_mismatch", "agent_failed", "closed"))
+LINK_STATUSES = frozenset(("connecting", "connected")) | BAD_LINK
+BAD_SEVERITIES = frozenset(("error", "critical"))
+BENCH_DOWN_CODES = frozenset(("benchmark_down", "benchmark_not_running", "not_running", "bench_down"))
+STATIC_GPU_FIELDS = ("name", "uuid", "mem_total", "power_limit")
+LINK_LABELS = {
+    "unreachable": "unreachable",
+    "auth_failed": "auth failed",
+    "hostkey_mismatch": "host key mismatch",
+    "agent_failed": "agent failed",
+    "closed": "link closed",
+}
+
+
+class GpuState:
+    """One device: last sample, static fields (kept from ``full`` frames), util/mem history rings."""
+
+    __slots__ = ("error", "index", "lost", "mem_hist", "missing", "sample", "static", "util_hist")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.static: Dict[str, Any] = {}
+        self.sample: Dict[str, Any] = {}
+        self.util_hist: Deque[int] = deque(maxlen=HISTORY_SECONDS)
+        self.mem_hist: Deque[int] = deque(maxlen=HISTORY_SECONDS)
+        self.lost = False
+        self.missing = False  # was reported before, absent from the latest frame
+        self.error: Optional[str] = None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self.sample.get(key)
+        if value is None:
+            value = self.static.get(key, default)
+        return default if value is None else value
+
+    @property
+    def util(self) -> Optional[int]:
+        return self.sample.get("util")
+
+    @property
+    def mem_fraction(self) -> Optional[float]:
+        used, total = self.sample.get("mem_used"), self.static.get("mem_total")
+        if used is None or not total:
+            return None
+        return used / total
+
+
+class LogRing:
+    """The tail of one followed file: ``(line_number, text)`` pairs, capped."""
+
+    __slots__ = ("event", "lines", "missing", "path", "updated")
+
+    def __init__(self, path: str, maxlen: int = LOG_RING_LINES) -> None:
+        self.path = path
+        self.lines: Deque[Tuple[int, str]] = deque(maxlen=maxlen)
+        self.event: Optional[str] = None
+        self.missing = False
+        self.updated = 0.0
+
+    def add(self, first_line: Optional[int], lines: List[str], event: Optional[str], now: float) -> None:
+        if event:
+            self.event = event
+            self.missing = event == "missing"
+            if event in ("rotated", "truncated", "created"):
+                self.lines.append((0, "--- file %s ---" % event))
+        if lines:
+            self.missing = False
+            if first_line is None:
+                first_line = (self.lines[-1][0] + 1) if self.lines else 1
+            for i, text in enumerate(lines):
+                self.lines.append((first_line + i, text))
+        self.updated = now
+
+    @property
+    def last(self) -> Optional[Tuple[int, str]]:
+        for item in reversed(self.lines):
+            if item[0]:
+                return item
+        return None
+
+
+class InstanceState:
+    """Everything known about one instance."""
+
+    def __init__(self, instance: Any) -> None:
+        self.instance = instance
+        self.name: str = instance.name
+        self.host: str = getattr(instance, "host", "") or ""
+        self.port = getattr(instance, "port", None)
+        self.user = getattr(instance, "user", None)
+        self.tags: List[str] = list(getattr(instance, "tags", None) or [])
+        self.transport = getattr(instance, "transport", None)
+        self.link_status = "connecting"
+        self.link_detail = ""
+        self.ever_connected = False
+        self.connected_at: Optional[float] = None
+        self.hello: Dict[str, Any] = {}
+        self.agentless = bool(getattr(instance, "agentless", False))
+        extra = getattr(instance, "agent_extra", None) or {}
+        hb = extra.get("heartbeat_interval") if isinstance(extra, dict) else None
+        self.heartbeat_interval = float(hb) if isinstance(hb, (int, float)) and hb > 0 else DEFAULT_HEARTBEAT
+        self.last_frame: Optional[float] = None  # receipt time (console clock) of the last frame
+        self.last_heartbeat: Dict[str, Any] = {}
+        self.gpu_state: Optional[str] = None  # ok | no_gpu | error | None (no gpu frame yet)
+        self.gpu_simulated = False
+        self.gpu_driver: Optional[str] = None
+        self.gpu_message: Optional[str] = None
+        self.gpus: Dict[int, GpuState] = {}
+        self.procs: Dict[int, Dict[str, Any]] = {}
+        self.procs_version = 0
+        self.logs: Dict[str, LogRing] = {}
+        self.logs_version = 0
+        self.last_log: Optional[Tuple[str, int, str]] = None  # (path, line_no, text)
+        self.errors: Deque[Tuple[float, str]] = deque(maxlen=MAX_ERRORS)
+        self.results: Deque[Dict[str, Any]] = deque(maxlen=MAX_ERRORS)
+        self.diagnosis: Optional[Dict[str, Any]] = None
+        self.diagnosis_at: Optional[float] = None
+        self.probes: Dict[str, Dict[str, Any]] = {}
+        self.status = "connecting"
+        self.status_detail = ""
+        self.version = 0  # bumped on every change (UI caches key on it)
+        self.updated_at = 0.0  # console clock of the last change
+        self._idle_count = 0
+        self.bench_patterns = _bench_patterns(instance)
+        self.bench_running: Optional[bool] = None  # None: unknown (no patterns or no process list yet)
+
+    # -- derived views --------------------------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        return RANK.get(self.status, len(STATUSES))
+
+    @property
+    def simulated(self) -> bool:
+        return self.gpu_simulated or bool(self.hello.get("features", {}).get("simulated_gpu"))
+
+    @property
+    def lost_gpus(self) -> List[int]:
+        return [g.index for g in self.gpus.values() if g.lost or g.missing]
+
+    def age(self, now: Optional[float] = None) -> Optional[float]:
+        """Seconds since the last frame (None when none arrived yet)."""
+        if self.last_frame is None:
+            return None
+        return max(0.0, (time.time() if now is None else now) - self.last_frame)
+
+    @property
+    def stale_after(self) -> float:
+        return STALE_FACTOR * max(1.0, self.heartbeat_interval)
+
+    def is_stale(self, now: float) -> bool:
+        if self.link_status != "connected":
+            return False
+        since = self.last_frame if self.last_frame is not None else self.connected_at
+        return since is not None and now - since > self.stale_after
+
+    def flags(self) -> List[str]:
+        """Short notes shown next to the badge: no GPU, agentless, lost GPU, simulated GPUs."""
+        out = []
+        if self.agentless:
+            out.append("agentless")
+        if self.gpu_state == "no_gpu":
+            out.append("no GPU")
+        elif self.gpu_state == "error":
+            out.append("GPU error")
+        lost = self.lost_gpus
+        if lost:
+            out.append("lost GPU %s" % ",".join(str(i) for i in lost))
+        if self.simulated:
+            out.append("simulated GPUs")
+        return out
+
+    def busiest_process(self) -> Optional[Dict[str, Any]]:
+        best = None
+        best_key = None
+        for rec in self.procs.values():
+            key = (rec.get("gpu_mem") or 0, rec.get("cpu") or 0.0)
+            if best_key is None or key > best_key:
+                best, best_key = rec, key
+        return best
+
+    def diagnosis_failed(self) -> bool:
+        diag = self.diagnosis
+        if not diag:
+            return False
+        verdict = diag.get("verdict") or {}
+        if verdict.get("severity") in BAD_SEVERITIES:
+            return True
+        return any(f.get("severity") in BAD_SEVERITIES for f in diag.get("findings") or ())
+
+    def diagnosis_bench_down(self) -> bool:
+        diag = self.diagnosis
+        if not diag:
+            return False
+        codes = {(diag.get("verdict") or {}).get("code")}
+        codes.update(f.get("code") for f in diag.get("findings") or ())
+        return bool(codes & BENCH_DOWN_CODES)
+
+    def verdict_summary(self) -> str:
+        diag = self.diagnosis or {}
+        verdict = diag.get("verdict") or {}
+        return str(verdict.get("summary") or verdict.get("code") or "")
+
+
+def _derive(inst: InstanceState, now: float) -> Tuple[str, str]:
+    """The badge (status, detail) for an instance at time ``now``."""
+    link = inst.link_status
+    if link in BAD_LINK:
+        label = LINK_LABELS.get(link, link)
+        detail = label + (": " + inst.link_detail if inst.link_detail else "")
+        return "unreachable", detail
+    if link != "connected":
+        return "connecting", inst.link_detail or ("reconnecting" if inst.ever_connected else "")
+    if inst.diagnosis_failed():
+        return "failed", inst.verdict_summary()
+    if inst.is_stale(now):
+        since = inst.last_frame if inst.last_frame is not None else inst.connected_at or now
+        return "stale", "no data for %s" % format_age(now - since)
+    if inst.diagnosis_bench_down():
+        return "benchmark_down", inst.verdict_summary()
+    if inst.bench_running is False:
+        return "benchmark_down", "no benchmark process running"
+    if inst.gpus and inst._idle_count >= IDLE_WINDOW:
+        return "gpu_idle", "GPUs idle for %ds+" % inst._idle_count
+    return "ok", ""
+
+
+def _bench_patterns(instance: Any) -> List[re.Pattern[str]]:
+    bench = getattr(instance, "benchmark", None)
+    out = []
+    for pattern in getattr(bench, "match", None) or ():
+        with contextlib.suppress(re.error):
+            out.append(re.compile(pattern))
+    return out
+
+
+def format_age(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    if seconds < 60:
+        return "%ds" % seconds
+    if seconds < 3600:
+        return "%dm%02ds" % (seconds // 60, seconds % 60)
+    return "%dh%02dm" % (seconds // 3600, (seconds % 3600) // 60)
+
+
+class FleetState:
+    """All instances; fed by links and the controller, read by the UI."""
+
+    def __init__(self, clock=time.time) -> None:
+        self.clock = clock
+        self.instances: Dict[str, InstanceState] = {}
+        self._dirty: Set[str] = set()
+        self._events: Deque[Tuple[str, str, str, str]] = deque(maxlen=MAX_EVENTS)
+        self.order_version = 0  # bumped when statuses (hence the ordering) change
+        self.frames = 0
+
+    # -- feeding ----------------------------------------------------------------------------------
+    def add_instance(self, instance: Any) -> InstanceState:
+        inst = self.instances.get(instance.name)
+        if inst is None:
+            inst = InstanceState(instance)
+            self.instances[inst.name] = inst
+            self.order_version += 1
+        else:
+            inst.instance = instance
+            inst.tags = list(getattr(instance, "tags", None) or [])
+        self._touch(inst, self.clock())
+        return inst
+
+    def get(self, name: str) -> Optional[InstanceState]:
+        return self.instances.get(name)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.instances
+
+    def __len__(self) -> int:
+        return len(self.instances)
+
+    def _touch(self, inst: InstanceState, now: float) -> None:
+        inst.version += 1
+        inst.updated_at = now
+        self._dirty.add(inst.name)
+
+    def _rederive(self, inst: InstanceState, now: float) -> None:
+        status, detail = _derive(inst, now)
+        old = inst.status
+        if status != old:
+            inst.status = status
+            self.order_version += 1
+            if RANK[status] < RANK.get(old, 99) and (old != "connecting" or status in ("unreachable", "failed")):
+                self._events.append((inst.name, old, status, detail))
+        if status != old or detail != inst.status_detail:
+            inst.status_detail = detail
+            self._touch(inst, now)
+
+    def apply_frame(self, name: str, frame: Dict[str, Any], now: Optional[float] = None) -> None:
+        inst = self.instances.get(name)
+        if inst is None:
+            return
+        if now is None:
+            now = self.clock()
+        self.frames += 1
+        inst.last_frame = now
+        kind = frame.get("type")
+        handler = _HANDLERS.get(kind)
+        if handler is not None:
+            handler(inst, frame, now)
+        if kind != "heartbeat" or inst.status == "stale":
+            self._touch(inst, now)
+        self._rederive(inst, now)
+
+    def set_link_status(self, name: str, status: str, detail: str = "") -> None:
+        inst = self.instances.get(name)
+        if inst is None:
+            return
+        now = self.clock()
+        inst.link_status = status
+        inst.link_detail = detail or ""
+        if status == "connected":
+            inst.ever_connected = True
+            inst.connected_at = now
+            if "agentless" in (detail or ""):
+                inst.agentless = True
+        self._touch(inst, now)
+        self._rederive(inst, now)
+
+    def set_diagnosis(self, name: str, data: Optional[Dict[str, Any]]) -> None:
+        inst = self.instances.get(name)
+        if inst is None:
+            return
+        now = self.clock()
+        inst.diagnosis = data
+        inst.diagnosis_at = now if data is not None else None
+        self._touch(inst, now)
+        self._rederive(inst, now)
+
+    def set_probe_result(self, name: str, probe: str, data: Dict[str, Any]) -> None:
+        inst = self.instances.get(name)
+        if inst is None:
+            return
+        lines = [str(x) for x in (data.get("lines") or [])][-MAX_PROBE_LINES:]
+        inst.probes[probe] = {"title": data.get("title") or probe, "lines": lines, "at": self.clock()}
+        self._touch(inst, self.clock())
+
+    def tick(self, now: Optional[float] = None) -> None:
+        """Re-derive time-based states; stale panes are marked dirty so their age keeps counting."""
+        if now is None:
+            now = self.clock()
+        for inst in self.instances.values():
+            self._rederive(inst, now)
+            if inst.status == "stale":
+                self._dirty.add(inst.name)
+
+    # -- reading ----------------------------------------------------------------------------------
+    def take_dirty(self) -> Set[str]:
+        dirty, self._dirty = self._dirty, set()
+        return dirty
+
+    def peek_dirty(self) -> Set[str]:
+        return set(self._dirty)
+
+    def take_events(self) -> List[Tuple[str, str, str, str]]:
+        """``(name, old_status, new_status, detail)`` for every change to a worse status."""
+        events = list(self._events)
+        self._events.clear()
+        return events
+
+    def ordered(self, query: str = "") -> List[InstanceState]:
+        """Instances matching ``query`` (name, tag or host substring), trouble first then by name."""
+        items: Iterable[InstanceState] = self.instances.values()
+        if query:
+            items = [i for i in items if matches(i, query)]
+        return sorted(items, key=lambda i: (i.rank, i.name))
+
+    def totals(self) -> Dict[str, int]:
+        out = {"instances": len(self.instances), "gpus": 0, "busy": 0, "idle": 0, "lost": 0, "failing": 0}
+        for status in STATUSES:
+            out[status] = 0
+        for inst in self.instances.values():
+            out[inst.status] += 1
+            if inst.status in ("failed", "unreachable", "benchmark_down"):
+                out["failing"] += 1
+            for gpu in inst.gpus.values():
+                out["gpus"] += 1
+                if gpu.lost or gpu.missing:
+                    out["lost"] += 1
+                elif (gpu.util or 0) >= BUSY_UTIL:
+                    out["busy"] += 1
+                else:
+                    out["idle"] += 1
+        return out
+
+
+def matches(inst: InstanceState, query: str) -> bool:
+    """Every whitespace-separated word must match the name, a tag, the host or the status."""
+    for word in query.lower().split():
+        if word.startswith("tag:"):
+            if not any(word[4:] in t.lower() for t in inst.tags):
+                return False
+            continue
+        if word.startswith("status:"):
+            if word[7:] not in inst.status:
+                return False
+            continue
+        if word in inst.name.lower() or word in inst.host.lower() or any(word in t.lower() for t in inst.tags):
+            continue
+        return False
+    return True
+
+
+# -- frame handlers (hot path) --------------------------------------------------------------------------
+def _on_hello(inst: InstanceState, frame: Dict[str, Any], now: float) -> None:
+    inst.hello = frame
+    features = frame.get("features") or {}
+    if features.get("agentless"):
+        inst.agentless = True
+    if features.get("simulated_gpu"):
+        inst.gpu_simulated = True
+    hb = frame.get("heartbeat_interval")
+    if isinstance(hb, (int, float)) and hb > 0:
+        inst.heartbeat_interval = float(hb)
+
+
+def _on_heartbeat(inst: InstanceState, frame: Dict[str, Any], now: float) -> None:
+    inst.last_heartbeat = frame
+
+
+def _on_gpu(inst: InstanceState, frame: Dict[str, Any], now: float) -> None:
+    inst.gpu_state = frame.get("state")
+    inst.gpu_simulated = bool(frame.get("simulated")) or inst.gpu_simulated
+    inst.gpu_driver = frame.get("driver") or inst.gpu_driver
+    inst.gpu_message = frame.get("message")
+    devices = frame.get("devices") or ()
+    full = frame.get("full")
+    gpus = inst.gpus
+    seen = set()
+    all_idle = bool(devices)
+    for dev in devices:
+        index = dev.get("index")
+        if index is None:
+            continue
+        seen.add(index)
+        gpu = gpus.get(index)
+        if gpu is None:
+            gpu = gpus[index] = GpuState(index)
+        if full:
+            for key in STATIC_GPU_FIELDS:
+                if key in dev:
+                    gpu.static[key] = dev[key]
+        gpu.sample = dev
+        gpu.lost = bool(dev.get("lost"))
+        gpu.missing = False
+        gpu.error = dev.get("error")
+        util = dev.get("util")
+        gpu.util_hist.append(util if util is not None else -1)
+        mem_used, total = dev.get("mem_used"), gpu.static.get("mem_total")
+        gpu.mem_hist.append(int(100 * mem_used / total) if mem_used is not None and total else -1)
+        if gpu.lost or (util is not None and util > IDLE_UTIL):
+            all_idle = False
+    if len(seen) != len(gpus):
+        for index, gpu in gpus.items():
+            if index not in seen:
+                gpu.missing = True
+    if devices:
+        inst._idle_count = inst._idle_count + 1 if all_idle else 0
+
+
+def _on_procs(inst: InstanceState, frame: Dict[str, Any], now: float) -> None:
+    procs = inst.procs
+    if frame.get("full"):
+        procs.clear()
+        for rec in frame.get("procs") or ():
+            procs[rec["pid"]] = rec
+    else:
+        for rec in frame.get("upsert") or ():
+            procs[rec["pid"]] = rec
+        for pid in frame.get("gone") or ():
+            procs.pop(pid, None)
+    inst.procs_version += 1
+    if inst.bench_patterns:
+        inst.bench_running = any(
+            p.search(rec.get("cmdline") or rec.get("name") or "") for rec in procs.values() for p in inst.bench_patterns
+        )
+
+
+def _on_log(inst: InstanceState, frame: Dict[str, Any], now: float) -> None:
+    path = frame.get("path") or "?"
+    ring = inst.logs.get(path)
+    if ring is None:
+        if len(inst.logs) >= MAX_LOG_FILES:
+            oldest = min(inst.logs.values(), key=lambda r: r.updated)
+            del inst.logs[oldest.path]
+        ring = inst.logs[path] = LogRing(path)
+    lines = frame.get("lines") or []
+    ring.add(frame.get("first_line"), lines, frame.get("event"), now)
+    if lines:
+        last = ring.last
+        if last is not None:
+            inst.last_log = (path, last[0], last[1])
+    inst.logs_version += 1
+
+
+def _on_result(inst: InstanceState, frame: Dict[str, Any], now: float) -> None:
+    inst.results.append(frame)
+
+
+def _on_error(inst: InstanceState, frame: Dict[str, Any], now: float) -> None:
+    inst.errors.append((now, str(frame.get("message") or "")))
+
+
+_HANDLERS = {
+    "hello": _on_hello,
+    "heartbeat": _on_heartbeat,
+    "gpu": _on_gpu,
+    "procs": _on_procs,
+    "log": _on_log,
+    "result": _on_result,
+    "error": _on_error,
+}

@@ -1,0 +1,394 @@
+"""The console UI driven by Pilot, on the real controller with local agents (simulated GPUs)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from console.app import DEMO_BANNER, FleetApp
+from console.audit import AuditLog
+from console.controller import FleetController
+from console.inventory import BenchmarkSpec, Fleet, Instance
+from widgets.confirm_screen import ConfirmScreen
+from widgets.fleet_grid import FleetGrid
+from widgets.help_screen import HelpScreen
+from widgets.instance_screen import InstanceScreen
+from widgets.probe_menu import ProbeMenu
+from widgets.process_tree import ProcessTree
+
+NAMES = ("alpha", "beta", "gamma")
+
+
+@pytest.fixture(autouse=True)
+def config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "config"
+    monkeypatch.setenv("FLEET_CONSOLE_CONFIG_DIR", str(path))
+    return path
+
+
+def make_fleet(tmp_path: Path, names=NAMES, gpus: int = 2, marker: str = "") -> Fleet:
+    instances = []
+    for i, name in enumerate(names):
+        log = tmp_path / ("%s.log" % name)
+        log.write_text("".join("%s step %d\n" % (name, k) for k in range(1, 41)))
+        bench = BenchmarkSpec()
+        if marker:
+            bench = BenchmarkSpec(
+                start=(sys.executable, "-c", "import time; time.sleep(6)", marker), match=(marker,), stop_timeout=2.0
+            )
+        instances.append(
+            Instance(
+                name=name,
+                host="localhost",
+                transport="local",
+                tags=("gpu", "eu" if i % 2 else "us"),
+                logs=(str(log),),
+                watch_dirs=(),
+                interval=0.5,
+                benchmark=bench,
+                agent_extra={
+                    "heartbeat_interval": 0.5,
+                    "log_interval": 0.2,
+                    "gpu": {"simulate": {"gpus": gpus, "jitter": True}},
+                },
+            )
+        )
+    return Fleet(instances, source=str(tmp_path / "fleet.toml"))
+
+
+def make_app(
+    tmp_path: Path, read_only: bool = False, demo: bool = False, theme: str | None = "dark", **fleet_kw
+) -> FleetApp:
+    controller = FleetController(
+        make_fleet(tmp_path, **fleet_kw), read_only=read_only, demo=demo, audit=AuditLog(tmp_path / "audit.jsonl")
+    )
+    return FleetApp(controller, theme=theme)
+
+
+async def wait_until(pilot, predicate, timeout: float = 30.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        await pilot.pause(0.1)
+    raise AssertionError("timed out waiting for " + what)
+
+
+async def open_screen(pilot, app: FleetApp) -> InstanceScreen:
+    await pilot.press("enter")
+    await wait_until(
+        pilot, lambda: isinstance(app.screen, InstanceScreen) and app.screen.is_mounted, what="instance screen"
+    )
+    await pilot.pause(0.3)
+    return app.screen
+
+
+def screen_text(app: FleetApp) -> str:
+    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+
+
+def all_live(app: FleetApp) -> bool:
+    state = app.state
+    return all(i.link_status == "connected" and i.gpus and i.last_log for i in state.instances.values())
+
+
+async def test_grid_at_80x24_shows_every_instance_compactly(tmp_path: Path) -> None:
+    app = make_app(tmp_path, demo=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="three live agents")
+        await pilot.pause(0.6)
+        text = screen_text(app)
+        lines = text.splitlines()
+        assert len(lines) == 24
+        assert "3 instances" in lines[0] and DEMO_BANNER in text
+        grid = app.query_one(FleetGrid)
+        assert grid.compact and grid.columns == 1
+        for name in NAMES:
+            row = next(line for line in lines if name in line)
+            assert " OK " in row or "GPU IDLE" in row or "BENCH" in row
+            assert "2xGPU" in row and "%" in row
+        assert "step 40" in text  # last log line of each pane
+        assert "Quit" in lines[-1] and "Help" in lines[-1]
+
+
+async def test_grid_at_200x60_shows_boxed_panes_with_a_line_per_gpu(tmp_path: Path) -> None:
+    app = make_app(tmp_path, gpus=4)
+    async with app.run_test(size=(200, 60)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="three live agents")
+        await pilot.pause(0.6)
+        grid = app.query_one(FleetGrid)
+        assert not grid.compact and grid.columns == 3
+        text = screen_text(app)
+        for name in NAMES:
+            assert name in text
+        assert text.count("╰") + text.count("┗") == 3
+        assert "simulated GPUs" in text
+        gpu_lines = [line for line in text.splitlines() if "°" in line and "%" in line]
+        assert len(gpu_lines) == 4  # 4 GPUs each, 3 panes side by side on the same lines
+        assert "top " in text
+
+
+async def test_enter_opens_instance_screen_with_tabs_and_escape_returns(tmp_path: Path) -> None:
+    app = make_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="live agents")
+        name = app.query_one(FleetGrid).cursor_name
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, InstanceScreen), what="instance screen")
+        screen = app.screen
+        assert screen.instance_name == name
+        await pilot.pause(0.5)
+        assert "GPU state: ok" in screen_text(app) and "SIMULATED" in screen_text(app)
+        await pilot.press("2")
+        tree = screen.query_one(ProcessTree)
+        await wait_until(pilot, lambda: len(tree._pt_nodes) > 3, what="process tree")
+        assert "wchan=" in screen_text(app)
+        # cursor and expansion survive updates
+        tree.focus()
+        await pilot.press("down", "down")
+        before = tree.cursor_node.data
+        await pilot.pause(1.5)
+        assert tree.cursor_node is not None and tree.cursor_node.data == before
+        await pilot.press("3")
+        await wait_until(pilot, lambda: screen.active_log() is not None, what="log tab")
+        view = screen.active_log()
+        await wait_until(pilot, lambda: view.lines and view.lines[-1][1].endswith("step 40"), what="log lines")
+        assert view.follow
+        view.focus()
+        await pilot.press("f")
+        assert not view.follow
+        await pilot.press("space")
+        assert view.follow
+        await pilot.press("slash")
+        await pilot.press(*"step 1", "enter")
+        assert view.search == "step 1" and view.match_line is not None and not view.follow
+        assert "step 1" in view.lines[view.match_line][1]
+        first = view.match_line
+        await pilot.press("enter")  # next match
+        assert view.match_line != first and "step 1" in view.lines[view.match_line][1]
+        assert "step 1" in screen_text(app)
+        await pilot.press("escape")  # closes the search box
+        await pilot.press("4")
+        assert "No diagnosis yet" in screen_text(app)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, InstanceScreen)
+
+
+async def test_filter_by_name_and_tag(tmp_path: Path) -> None:
+    app = make_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        grid = app.query_one(FleetGrid)
+        await pilot.pause(0.3)
+        await pilot.press("slash", *"bet")
+        await pilot.pause(0.1)
+        assert grid.visible_names == ["beta"]
+        assert "filter 'bet'" in screen_text(app)
+        await pilot.press("enter")
+        assert grid.has_focus and grid.visible_names == ["beta"]
+        await pilot.press("escape")
+        assert sorted(grid.visible_names) == sorted(NAMES)
+        await pilot.press("slash", *"tag:us")
+        assert sorted(grid.visible_names) == ["alpha", "gamma"]
+        await pilot.press("escape")
+        assert len(grid.visible_names) == 3
+
+
+async def test_select_then_restart_asks_and_cancel_does_nothing(tmp_path: Path) -> None:
+    marker = "fleetui-%s" % uuid.uuid4().hex[:8]
+    app = make_app(tmp_path, marker=marker)
+    audit = tmp_path / "audit.jsonl"
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="live agents")
+        grid = app.query_one(FleetGrid)
+        await pilot.press("home", "space", "down", "space")
+        assert len(grid.selected) == 2
+        assert "2 selected" in screen_text(app)
+        await pilot.press("r")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="confirm dialog")
+        for name in grid.selected:
+            assert name in screen_text(app)
+        await pilot.press("n")
+        await pilot.pause(0.3)
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert not audit.exists()
+        assert any("cancelled" in m for _, _, m in app.notices)
+        chosen = sorted(grid.selected)
+        await pilot.press("r")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="confirm dialog")
+        await pilot.press("y")
+        await wait_until(
+            pilot, lambda: sum("restarted" in m for _, _, m in app.notices) == 2, timeout=60, what="restart results"
+        )
+        records = [json.loads(line) for line in audit.read_text().splitlines()]
+        assert sorted(r["instance"] for r in records) == chosen
+        assert all(r["action"] == "restart" and r["outcome"] == "ok" for r in records)
+    _kill_marked(marker)
+
+
+def _kill_marked(marker: str) -> None:
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if marker.encode() in Path("/proc/%s/cmdline" % pid).read_bytes():
+                os.kill(int(pid), signal.SIGTERM)
+
+
+async def test_read_only_refuses_restart_without_a_dialog(tmp_path: Path) -> None:
+    app = make_app(tmp_path, read_only=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.3)
+        assert "READ-ONLY" in screen_text(app)
+        await pilot.press("r")
+        await wait_until(pilot, lambda: any(t == "Refused" for _, t, _ in app.notices), what="refusal")
+        assert not isinstance(app.screen, ConfirmScreen)
+        severity, _, message = next(n for n in app.notices if n[1] == "Refused")
+        assert severity == "error" and "Read-only" in message and "Nothing was sent" in message
+        records = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+        assert records and records[0]["outcome"] == "refused"
+
+
+async def test_diagnose_key_stores_and_shows_the_verdict(tmp_path: Path) -> None:
+    app = make_app(tmp_path, names=("alpha",))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="live agent")
+        await pilot.press("d")
+        inst = app.state.get("alpha")
+        await wait_until(pilot, lambda: inst.diagnosis is not None, timeout=90, what="diagnosis")
+        await wait_until(pilot, lambda: any(t.startswith("Diagnosis") for _, t, _ in app.notices), what="notice")
+        await open_screen(pilot, app)
+        await pilot.press("4")
+        await pilot.pause(0.3)
+        summary = inst.diagnosis["verdict"].get("summary") or inst.diagnosis["verdict"]["code"]
+        assert summary[:30] in screen_text(app).replace("\n", " ") or summary[:20] in screen_text(app)
+
+
+async def test_probe_menu_by_key_runs_the_probe(tmp_path: Path) -> None:
+    app = make_app(tmp_path, names=("alpha",))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="live agent")
+        await pilot.press("p")
+        await wait_until(pilot, lambda: isinstance(app.screen, ProbeMenu), what="probe menu")
+        assert "Disk, memory and load" in screen_text(app)
+        await pilot.press("3")
+        inst = app.state.get("alpha")
+        await wait_until(pilot, lambda: "resources" in inst.probes, timeout=60, what="probe result")
+        assert not isinstance(app.screen, ProbeMenu)
+        await open_screen(pilot, app)
+        await pilot.press("5")
+        await pilot.pause(0.3)
+        assert "resources" in screen_text(app)
+        # the menu also works from the instance screen, by list (arrows + enter)
+        await pilot.press("p")
+        await wait_until(pilot, lambda: isinstance(app.screen, ProbeMenu), what="probe menu")
+        await pilot.press("escape")
+        assert isinstance(app.screen, InstanceScreen)
+
+
+async def test_theme_cycles_and_is_remembered(tmp_path: Path, config_dir: Path) -> None:
+    app = make_app(tmp_path, names=("alpha",), theme=None)
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert app.theme == "dark"
+        await pilot.press("t")
+        assert app.theme == "light"
+        await pilot.press("t")
+        assert app.theme == "high-contrast"
+    assert json.loads((config_dir / "settings.json").read_text())["theme"] == "high-contrast"
+    again = make_app(tmp_path, names=("alpha",), theme=None)
+    async with again.run_test(size=(80, 24)) as pilot:
+        assert again.theme == "high-contrast"
+        await pilot.press("t")
+        assert again.theme == "dark"
+    explicit = make_app(tmp_path, names=("alpha",), theme="light")
+    async with explicit.run_test(size=(80, 24)):
+        assert explicit.theme == "light"
+    assert json.loads((config_dir / "settings.json").read_text())["theme"] == "light"
+
+
+async def test_unknown_theme_falls_back_with_a_warning(tmp_path: Path) -> None:
+    app = make_app(tmp_path, names=("alpha",), theme="no-such-theme")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.1)
+        assert app.theme == "dark"
+        assert any("unknown theme" in m for _, _, m in app.notices)
+
+
+async def test_help_screen_and_command_palette_entries(tmp_path: Path) -> None:
+    app = make_app(tmp_path, names=("alpha",))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        assert "restart the benchmark" in screen_text(app)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        for title in (
+            "Fleet: diagnose",
+            "Fleet: restart benchmark",
+            "Fleet: filter",
+            "Fleet: cycle theme",
+            "Open alpha",
+        ):
+            assert title in titles
+        command = next(c for c in app.get_system_commands(app.screen) if c.title == "Open alpha")
+        command.callback()
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, InstanceScreen)
+
+
+async def test_stopped_agent_turns_stale_with_age_and_notifies(tmp_path: Path) -> None:
+    app = make_app(tmp_path, names=("alpha", "beta"))
+    app.bell_enabled = True
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="live agents")
+        pid = app.state.get("beta").hello["pid"]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            await wait_until(pilot, lambda: app.state.get("beta").status == "stale", timeout=20, what="stale")
+            await pilot.pause(1.3)
+            text = screen_text(app)
+            row = next(line for line in text.splitlines() if "beta" in line)
+            assert "STALE" in row and "s " in row + " "
+            assert app.query_one(FleetGrid).visible_names[0] == "beta"  # trouble first
+            assert any(t == "Got worse" and "beta" in m for _, t, m in app.notices)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        await wait_until(pilot, lambda: app.state.get("beta").status != "stale", timeout=20, what="recovery")
+
+
+async def test_mouse_click_focuses_and_double_click_opens(tmp_path: Path) -> None:
+    app = make_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.3)
+        grid = app.query_one(FleetGrid)
+        second = grid.visible_names[1]
+        await pilot.click(FleetGrid, offset=(5, 2))
+        assert grid.cursor_name == second
+        await pilot.double_click(FleetGrid, offset=(5, 2))
+        await wait_until(pilot, lambda: isinstance(app.screen, InstanceScreen), what="instance screen")
+
+
+async def test_quit_stops_the_agents(tmp_path: Path) -> None:
+    app = make_app(tmp_path, names=("alpha",))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="live agent")
+        pid = app.state.get("alpha").hello["pid"]
+        await pilot.press("q")
+        await asyncio.sleep(0.2)
+    assert app.controller.links == {}
+    for _ in range(50):
+        if not Path("/proc/%d" % pid).exists() or b"Z" in Path("/proc/%d/stat" % pid).read_bytes().split(b")")[-1][:3]:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("agent still running after quit")

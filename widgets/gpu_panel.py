@@ -1,0 +1,79 @@
+"""GPU detail of one instance: every field per device, lost devices marked, util/mem sparklines."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from console.state import InstanceState
+
+from .render import bar, pct, size, sparkline, tail
+
+FIELDS = (
+    ("util", "util", "%"),
+    ("mem_util", "mem util", "%"),
+    ("temp", "temp", "°C"),
+    ("power", "power", "W"),
+    ("sm_clock", "SM clock", "MHz"),
+    ("mem_clock", "mem clock", "MHz"),
+    ("fan", "fan", "%"),
+)
+
+
+def gpu_detail(inst: InstanceState, width: int = 80) -> Text:
+    text = Text()
+    head = "GPU state: %s" % (inst.gpu_state or "no data yet")
+    if inst.gpu_driver:
+        head += "  driver %s" % inst.gpu_driver
+    text.append(head, "bold")
+    if inst.simulated:
+        text.append("  SIMULATED GPUs", "bold reverse")
+    if inst.agentless:
+        text.append("  agentless (nvidia-smi)", "bold")
+    text.append("\n")
+    if inst.gpu_message:
+        text.append(inst.gpu_message + "\n", "italic")
+    if inst.gpu_state == "no_gpu" and not inst.gpus:
+        text.append("No NVIDIA GPU / driver on this instance.\n")
+        return text
+    spark_w = max(10, min(120, width - 24))
+    for gpu in sorted(inst.gpus.values(), key=lambda g: g.index):
+        name = gpu.static.get("name") or "?"
+        text.append("\n[%d] %s" % (gpu.index, name), "bold")
+        if gpu.static.get("uuid"):
+            text.append("  %s" % gpu.static["uuid"], "dim")
+        if gpu.lost or gpu.missing:
+            text.append("  LOST", "bold reverse red")
+            if gpu.missing and not gpu.lost:
+                text.append(" (absent from the last sample)")
+        text.append("\n")
+        if gpu.error:
+            text.append("  error: %s\n" % gpu.error, "red")
+        s = gpu.sample
+        util = s.get("util")
+        text.append("  util %s %s\n" % (bar(None if util is None else util / 100, 20), pct(util)))
+        frac = gpu.mem_fraction
+        text.append(
+            "  mem  %s %s  %s / %s\n"
+            % (
+                bar(frac, 20),
+                pct(None if frac is None else frac * 100),
+                size(s.get("mem_used")),
+                size(gpu.static.get("mem_total")),
+            )
+        )
+        parts = []
+        for key, label, unit in FIELDS[1:]:
+            value = s.get(key)
+            parts.append("%s %s%s" % (label, "?" if value is None else value, "" if value is None else unit))
+        limit = gpu.static.get("power_limit")
+        if limit is not None:
+            parts.append("power limit %sW" % limit)
+        text.append("  " + " · ".join(parts) + "\n", "dim")
+        text.append("  util  " + sparkline(tail(gpu.util_hist, spark_w), spark_w) + "\n", "cyan")
+        text.append("  mem   " + sparkline(tail(gpu.mem_hist, spark_w), spark_w) + "\n", "blue")
+        procs = s.get("procs") or []
+        if procs:
+            text.append(
+                "  processes: " + ", ".join("%s (%s)" % (p.get("pid"), size(p.get("mem"))) for p in procs) + "\n"
+            )
+    return text

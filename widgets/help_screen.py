@@ -1,0 +1,58 @@
+"""The ``?`` help screen: every key, on the fleet grid and on an instance screen."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+HELP = """\
+[b]fleet-console — keys[/b]
+
+[b]Fleet grid[/b]
+  arrows / j k    move between instance panes
+  enter           open the instance (GPU detail, processes, logs, diagnosis)
+  space           select / unselect the pane (fleet actions use the selection)
+  /               filter by name, tag or host (tag:x, status:x); esc clears
+  d               diagnose the selected instances (or the focused one)
+  r               restart the benchmark (asks first; refused in read-only mode)
+  p               probes menu (pick by key or from the list)
+  t               cycle theme: dark, light, high-contrast (remembered)
+  ctrl+p          command palette
+  ?               this help
+  q               quit
+
+[b]Instance screen[/b]
+  esc             back to the grid
+  tab / 1-5       switch section: GPUs, Processes, Logs, Diagnosis, Probes
+  f or space      follow / pause the log
+  / or ctrl+f     search the log; n / N next / previous match
+  d r p           diagnose, restart, probe this instance
+
+Statuses (trouble first): FAILED, UNREACHABLE, BENCH DOWN, STALE (age), GPU IDLE, CONNECTING, OK.
+Mouse: click a pane to focus it, double-click to open; the keyboard does everything.
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll {
+        width: 84; max-width: 100%; height: auto; max-height: 100%;
+        border: round $primary; background: $surface; padding: 0 1;
+    }
+    """
+    BINDINGS = [
+        Binding("escape", "dismiss", "Close"),
+        Binding("question_mark", "dismiss", "Close", show=False),
+        Binding("q", "dismiss", "Close", show=False),
+    ]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(HELP, id="help-text")
+
+    def action_dismiss(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,272 @@
+"""The instance screen (Enter on a pane): GPU detail, process tree, log tabs, diagnosis, probe output."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from typing import Any, Dict, Optional
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.css.query import NoMatches
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
+
+from console.state import FleetState, InstanceState, format_age
+
+from .fleet_grid import BADGES
+from .gpu_panel import gpu_detail
+from .log_view import LogView
+from .process_tree import ProcessTree
+
+SEVERITY_STYLE = {"critical": "bold reverse red", "error": "bold red", "warning": "yellow", "info": "dim"}
+TABS = ("tab-gpus", "tab-procs", "tab-logs", "tab-diag", "tab-probes")
+
+
+def diagnosis_text(inst: InstanceState) -> Text:
+    diag = inst.diagnosis
+    text = Text()
+    if not diag:
+        text.append("No diagnosis yet — press d to diagnose %s.\n" % inst.name, "dim")
+        return text
+    verdict = diag.get("verdict") or {}
+    sev = verdict.get("severity") or "info"
+    text.append(" %s " % sev.upper(), SEVERITY_STYLE.get(sev, "bold") + (" reverse" if sev != "critical" else ""))
+    text.append(" %s" % (verdict.get("summary") or verdict.get("code") or "?"), "bold")
+    if verdict.get("code"):
+        text.append("  [%s]" % verdict["code"], "dim")
+    if inst.diagnosis_at:
+        text.append("  (%s ago)" % format_age(time.time() - inst.diagnosis_at), "dim")
+    text.append("\n")
+    for finding in diag.get("findings") or []:
+        fsev = finding.get("severity") or "info"
+        text.append("\n%-8s " % fsev.upper(), SEVERITY_STYLE.get(fsev, ""))
+        text.append(str(finding.get("summary") or ""), "bold")
+        if finding.get("code"):
+            text.append("  [%s]" % finding["code"], "dim")
+        text.append("\n")
+        for ev in finding.get("evidence") or []:
+            where = str(ev.get("path") or "")
+            if ev.get("line") is not None:
+                where += ":%s" % ev["line"]
+            text.append("    %s" % where, "cyan")
+            if ev.get("text"):
+                text.append("  %s" % ev["text"])
+            text.append("\n")
+    steps = diag.get("steps") or []
+    if steps:
+        text.append("\nSteps\n", "bold")
+        for step in steps:
+            line = " ".join("%s=%s" % (k, v) for k, v in step.items()) if isinstance(step, dict) else str(step)
+            text.append("  · %s\n" % line, "dim")
+    return text
+
+
+def probes_text(inst: InstanceState) -> Text:
+    text = Text()
+    if not inst.probes:
+        text.append("No probe output yet — press p to run a probe.\n", "dim")
+        return text
+    for name, data in sorted(inst.probes.items(), key=lambda kv: -kv[1].get("at", 0)):
+        text.append("%s" % data.get("title") or name, "bold")
+        text.append("  (%s, %s ago)\n" % (name, format_age(time.time() - data.get("at", time.time()))), "dim")
+        for line in data.get("lines") or []:
+            text.append("  %s\n" % line)
+        text.append("\n")
+    return text
+
+
+def header_text(inst: InstanceState, demo: bool, read_only: bool) -> Text:
+    text = Text()
+    text.append(" %s " % inst.name, "bold reverse")
+    label = BADGES.get(inst.status, inst.status.upper())
+    if inst.status == "stale" and inst.age() is not None:
+        label += " " + format_age(inst.age() or 0)
+    text.append(" %s " % label, "bold")
+    if inst.status_detail:
+        text.append(inst.status_detail + "  ", "italic")
+    addr = "%s@%s:%s" % (inst.user or "?", inst.host, inst.port or 22)
+    text.append(addr, "dim")
+    if inst.tags:
+        text.append("  [%s]" % ",".join(inst.tags), "dim")
+    flags = inst.flags()
+    if flags:
+        text.append("  " + ", ".join(flags), "bold")
+    if demo:
+        text.append("  DEMO fleet — simulated GPUs", "bold reverse")
+    if read_only:
+        text.append("  READ-ONLY", "bold reverse")
+    age = inst.age()
+    if age is not None:
+        text.append("  last data %s ago" % format_age(age), "dim")
+    return text
+
+
+class InstanceScreen(Screen):
+    """One instance in detail. The app calls ``update_from_state()`` when the instance changed."""
+
+    DEFAULT_CSS = """
+    InstanceScreen #inst-header { height: auto; max-height: 2; background: $panel; padding: 0 1; }
+    InstanceScreen TabbedContent { height: 1fr; }
+    InstanceScreen TabPane { padding: 0; }
+    InstanceScreen #log-search { display: none; height: 1; border: none; }
+    InstanceScreen #log-search.-shown { display: block; }
+    InstanceScreen .empty { color: $text-muted; padding: 0 1; }
+    """
+
+    BINDINGS = [
+        Binding("escape", "back", "Back"),
+        Binding("1", "tab(0)", "GPUs", show=False),
+        Binding("2", "tab(1)", "Procs", show=False),
+        Binding("3", "tab(2)", "Logs", show=False),
+        Binding("4", "tab(3)", "Diagnosis", show=False),
+        Binding("5", "tab(4)", "Probes", show=False),
+        Binding("slash", "search", "Search log"),
+        Binding("ctrl+f", "search", "Search log", show=False),
+        Binding("d", "app.diagnose_current", "Diagnose"),
+        Binding("r", "app.restart_current", "Restart"),
+        Binding("p", "app.probe_current", "Probes"),
+        Binding("question_mark", "app.help", "Help"),
+    ]
+
+    def __init__(self, state: FleetState, name: str, *, demo: bool = False, read_only: bool = False) -> None:
+        super().__init__()
+        self.state = state
+        self.instance_name = name
+        self.demo = demo
+        self.read_only = read_only
+        self._log_ids: Dict[str, str] = {}
+        self._seen: Dict[str, Any] = {}
+
+    @property
+    def inst(self) -> Optional[InstanceState]:
+        return self.state.instances.get(self.instance_name)
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="inst-header")
+        with TabbedContent(id="inst-tabs", initial="tab-gpus"):
+            with TabPane("GPUs", id="tab-gpus"), VerticalScroll():
+                yield Static(id="gpu-detail")
+            with TabPane("Processes", id="tab-procs"):
+                yield ProcessTree(id="proc-tree")
+            with TabPane("Logs", id="tab-logs"):
+                yield Static("No log files followed yet.", id="logs-empty", classes="empty")
+                yield TabbedContent(id="log-tabs")
+            with TabPane("Diagnosis", id="tab-diag"), VerticalScroll():
+                yield Static(id="diag-text")
+            with TabPane("Probes", id="tab-probes"), VerticalScroll():
+                yield Static(id="probe-text")
+        yield Input(placeholder="search the log (enter: find, esc: close)", id="log-search")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        inst = self.inst
+        if inst is not None:
+            self._update(inst, force=True)
+
+    # -- state -> widgets ----------------------------------------------------------------------------
+    def update_from_state(self, force: bool = False) -> None:
+        """Repaint what changed; a no-op while the screen is still composing or already closing."""
+        inst = self.inst
+        if inst is None or not self.is_mounted:
+            return
+        with contextlib.suppress(NoMatches):
+            self._update(inst, force)
+
+    def _update(self, inst: InstanceState, force: bool) -> None:
+        self.query_one("#inst-header", Static).update(header_text(inst, self.demo, self.read_only))
+        active = self.query_one("#inst-tabs", TabbedContent).active
+        if force or active == "tab-gpus":
+            width = self.size.width or 80
+            self.query_one("#gpu-detail", Static).update(gpu_detail(inst, width))
+        if (force or active == "tab-procs") and self._seen.get("procs") != inst.procs_version:
+            self._seen["procs"] = inst.procs_version
+            self.query_one(ProcessTree).update_procs(inst.procs)
+        if self._seen.get("logs") != inst.logs_version:
+            self._seen["logs"] = inst.logs_version
+            self._sync_logs(inst, active == "tab-logs" or force)
+        if force or active == "tab-diag":
+            key = (id(inst.diagnosis), inst.diagnosis_at)
+            if force or self._seen.get("diag") != key:
+                self._seen["diag"] = key
+                self.query_one("#diag-text", Static).update(diagnosis_text(inst))
+        if force or active == "tab-probes":
+            key = tuple((k, v.get("at")) for k, v in inst.probes.items())
+            if force or self._seen.get("probes") != key:
+                self._seen["probes"] = key
+                self.query_one("#probe-text", Static).update(probes_text(inst))
+
+    def _sync_logs(self, inst: InstanceState, visible: bool) -> None:
+        tabs = self.query_one("#log-tabs", TabbedContent)
+        for path, ring in inst.logs.items():
+            if path not in self._log_ids:
+                pane_id = "log-%d" % len(self._log_ids)
+                self._log_ids[path] = pane_id
+                title = os.path.basename(path) or path
+                tabs.add_pane(TabPane(title, LogView(ring, id=pane_id + "-view"), id=pane_id))
+                self.query_one("#logs-empty").display = False
+        if visible:
+            view = self.active_log()
+            if view is not None and view.is_mounted:
+                view.sync()
+
+    def active_log(self) -> Optional[LogView]:
+        tabs = self.query_one("#log-tabs", TabbedContent)
+        pane = tabs.active_pane
+        if pane is None:
+            return None
+        views = pane.query(LogView)
+        return views.first() if views else None
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        self.update_from_state(force=False)
+        if event.tabbed_content.id == "log-tabs" or event.pane.id == "tab-logs":
+            view = self.active_log()
+            if view is not None and view.is_mounted:
+                view.sync()
+
+    # -- actions -------------------------------------------------------------------------------------
+    def action_back(self) -> None:
+        search = self.query_one("#log-search", Input)
+        if search.has_class("-shown"):
+            search.remove_class("-shown")
+            return
+        self.app.pop_screen()
+
+    def action_tab(self, index: int) -> None:
+        with contextlib.suppress(NoMatches):  # a key pressed while the screen is still composing
+            self.query_one("#inst-tabs", TabbedContent).active = TABS[index]
+
+    def action_search(self) -> None:
+        self.query_one("#inst-tabs", TabbedContent).active = "tab-logs"
+        if self.active_log() is None:
+            self.notify("no log to search yet", severity="warning")
+            return
+        search = self.query_one("#log-search", Input)
+        search.add_class("-shown")
+        search.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id != "log-search":
+            return
+        event.stop()
+        view = self.active_log()
+        if view is None:
+            return
+        if event.value != view.search:
+            view.set_search(event.value)
+        else:
+            view.action_next_match()
+
+    def on_key(self, event) -> None:
+        if event.key == "escape":
+            search = self.query_one("#log-search", Input)
+            if search.has_focus:
+                event.stop()
+                search.remove_class("-shown")
+                view = self.active_log()
+                if view is not None:
+                    view.focus()

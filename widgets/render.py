@@ -1,0 +1,134 @@
+"""Small text builders shared by the panes and the instance screen (bars, sparklines, sizes)."""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional, Sequence
+
+from rich.cells import cell_len, set_cell_size
+from rich.segment import Segment
+
+SPARK = "▁▂▃▄▅▆▇█"
+EIGHTHS = " ▏▎▍▌▋▊▉"
+
+
+def bar(fraction: Optional[float], width: int) -> str:
+    """A horizontal bar of ``width`` cells (eighth-cell resolution); blank dots when unknown."""
+    if width <= 0:
+        return ""
+    if fraction is None:
+        return "·" * width
+    fraction = min(1.0, max(0.0, fraction))
+    eighths = round(fraction * width * 8)
+    full, part = divmod(eighths, 8)
+    full = min(full, width)
+    out = "█" * full
+    if full < width:
+        out += EIGHTHS[part] if part else "░"
+        out += "░" * (width - full - 1)
+    return out
+
+
+def sparkline(values: Sequence[int], width: int) -> str:
+    """The last ``width`` samples (0..100; negative = unknown) as block characters."""
+    if width <= 0:
+        return ""
+    n = len(values)
+    start = max(0, n - width)
+    chars = []
+    for i in range(start, n):
+        v = values[i]
+        if v < 0:
+            chars.append(" ")
+        else:
+            chars.append(SPARK[min(7, v * 8 // 101)])
+    return "".join(chars).rjust(width)
+
+
+def tail(values: Iterable[int], count: int) -> list:
+    """The last ``count`` items of an iterable deque (cheap for deques: iterates from the right)."""
+    out = []
+    it = reversed(values) if hasattr(values, "__reversed__") else reversed(list(values))
+    for v in it:
+        if len(out) >= count:
+            break
+        out.append(v)
+    out.reverse()
+    return out
+
+
+def size(n: Optional[float]) -> str:
+    """Bytes in short human units (1.2G)."""
+    if n is None:
+        return "?"
+    n = float(n)
+    for unit in ("B", "K", "M", "G", "T"):
+        if abs(n) < 1024 or unit == "T":
+            if unit == "B":
+                return "%d%s" % (n, unit)
+            return ("%.1f%s" % (n, unit)) if abs(n) < 10 else ("%d%s" % (n, unit))
+        n /= 1024
+    return "?"
+
+
+def pct(v: Optional[float]) -> str:
+    return "  ?%" if v is None else "%3d%%" % v
+
+
+class Line:
+    """A cheap stand-in for ``rich.text.Text`` for one pane line: (text, style) parts, no markup/wrap.
+
+    Rendering a ``Text`` costs a full rich render per line; a pane line is a handful of styled runs, so
+    it goes straight to Segments (measured: the grid's per-pane cost dominated the paint).
+    """
+
+    __slots__ = ("_bg", "parts")
+
+    def __init__(self, text: str = "", style=None) -> None:
+        self.parts: list = [(text, style)] if text else []
+        self._bg = None
+
+    def append(self, text: str, style=None) -> Line:
+        if text:
+            self.parts.append((text, style))
+        return self
+
+    def append_text(self, other: Line) -> Line:
+        self.parts.extend(other.parts)
+        return self
+
+    @property
+    def cell_len(self) -> int:
+        return sum(cell_len(t) for t, _ in self.parts)
+
+    @property
+    def plain(self) -> str:
+        return "".join(t for t, _ in self.parts)
+
+    def truncate(self, width: int, overflow: str = "ellipsis", pad: bool = False) -> None:
+        out = []
+        used = 0
+        for text, style in self.parts:
+            n = cell_len(text)
+            if used + n > width:
+                room = width - used
+                if room > 0:
+                    cut = set_cell_size(text, room)
+                    if overflow == "ellipsis":
+                        cut = set_cell_size(cut, room - 1) + "…"
+                    out.append((cut, style))
+                used = width
+                break
+            out.append((text, style))
+            used += n
+        if pad and used < width:
+            out.append((" " * (width - used), None))
+        self.parts = out
+
+    def stylize(self, style) -> None:
+        """A style under every part (e.g. the cursor's background)."""
+        self._bg = style
+
+    def segments(self, base):
+        bg = self._bg
+        under = base + bg if bg is not None else base
+        return [Segment(text, under + style if style is not None else under) for text, style in self.parts]
