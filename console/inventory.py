@@ -38,6 +38,7 @@ class BenchmarkSpec:
     log: str | None = None
     cwd: str | None = None
     stop_timeout: float = 10.0
+    env: tuple[tuple[str, str], ...] = ()  # extra environment for the started benchmark
 
     def as_agent_config(self) -> dict[str, Any]:
         start = list(self.start) if isinstance(self.start, tuple) else self.start
@@ -48,6 +49,7 @@ class BenchmarkSpec:
             "log": self.log,
             "cwd": self.cwd,
             "stop_timeout": self.stop_timeout,
+            "env": dict(self.env),
         }
 
 
@@ -119,7 +121,7 @@ _INSTANCE_KEYS = {
     "python", "logs", "watch_dirs", "interval", "benchmark",
 }
 _DEFAULT_KEYS = _INSTANCE_KEYS - {"name", "host", "port", "transport"} | {"port"}
-_BENCH_KEYS = {"start", "match", "entrypoint", "log", "cwd", "stop_timeout"}
+_BENCH_KEYS = {"start", "match", "entrypoint", "log", "cwd", "stop_timeout", "env"}
 _PROBE_KEYS = {"name", "key", "command", "timeout", "title"}
 _IMPORT_KEYS = {"ssh_config", "hosts", "vastai_json", "tags", "running_only"}
 _TOP_KEYS = {"defaults", "benchmark", "instance", "probe", "import"}
@@ -185,7 +187,14 @@ def _benchmark(raw: Any, base: BenchmarkSpec, err: Any) -> BenchmarkSpec:
         except re.error as exc:
             key = "match" if pattern in match else "entrypoint"
             raise err(f"bad benchmark pattern {pattern!r}: {exc}", key) from None
+    env = raw.get("env", dict(base.env))
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k) and isinstance(v, (str, int, float))
+        for k, v in env.items()
+    ):
+        raise err("benchmark.env must be a table of NAME = \"value\" pairs", "env")
     return BenchmarkSpec(
+        env=tuple(sorted((k, str(v)) for k, v in env.items())),
         start=start,
         match=match,
         entrypoint=entrypoint,

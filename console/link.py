@@ -13,6 +13,7 @@ import itertools
 import os
 import random
 import shlex
+import signal
 import sys
 import time
 from collections import deque
@@ -399,12 +400,28 @@ class SshLink(AgentLink):
         """Run a command on its own exec channel of the live connection."""
         if self._conn is None:
             raise LinkError(f"{self.name}: not connected ({self.status}: {self.detail})")
+        # The remote side enforces the limit too (coreutils timeout when present), so a command that hangs
+        # does not outlive its channel; locally the channel is closed when the limit passes.
+        limit = max(1, int(timeout))
+        quoted = shlex.quote(command)
+        wrapped = (
+            f"if command -v timeout >/dev/null 2>&1; then exec timeout -k 2 {limit} /bin/sh -c {quoted}; "
+            f"else exec /bin/sh -c {quoted}; fi"
+        )
         try:
-            result = await self._conn.run(command, check=False, timeout=timeout)
-        except asyncssh.TimeoutError as exc:
-            return CommandResult(None, str(exc.stdout or ""), str(exc.stderr or ""), timed_out=True)
+            process = await self._conn.create_process(wrapped, stdin=asyncssh.DEVNULL)
         except (asyncssh.Error, OSError) as exc:
             raise LinkError(f"{self.name}: {exc}") from None
+        try:
+            result = await asyncio.wait_for(process.wait(check=False), timeout + 3)
+        except TimeoutError:
+            process.close()
+            return CommandResult(None, "", "", timed_out=True)
+        except (asyncssh.Error, OSError) as exc:
+            process.close()
+            raise LinkError(f"{self.name}: {exc}") from None
+        if result.exit_status == 124:  # killed by the remote timeout
+            return CommandResult(None, str(result.stdout or ""), str(result.stderr or ""), timed_out=True)
         return CommandResult(result.exit_status, str(result.stdout or ""), str(result.stderr or ""))
 
 
@@ -474,7 +491,7 @@ class LocalLink(AgentLink):
             out, err = await asyncio.wait_for(process.communicate(), timeout)
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
-                process.kill()
+                os.killpg(process.pid, signal.SIGKILL)  # the whole session the command started
             await process.wait()
             return CommandResult(None, "", "", timed_out=True)
         return CommandResult(process.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))

@@ -55,6 +55,18 @@ def test_full_then_small_frames(state_file):
     assert d0["uuid"] != d1["uuid"]
 
 
+def test_last_sample_is_a_full_view_without_touching_nvml(state_file):
+    sampler = GpuSampler(_config(state_file))
+    assert sampler.last_sample() is None  # nothing sampled yet
+    sampler.sample()
+    small = sampler.sample()
+    assert not small["full"]
+    view = sampler.last_sample()
+    assert view["full"] and view["devices"][0]["name"] == "NVIDIA GeForce RTX 3090"
+    assert view["devices"][1]["util"] == small["devices"][1]["util"] == 0
+    assert sampler.sample()["full"] is False  # asking for the view does not reschedule full frames
+
+
 def test_wire_size_eight_gpus(state_file):
     sampler = GpuSampler(_config(state_file, gpus=8))
     sampler.sample()

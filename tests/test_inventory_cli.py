@@ -27,6 +27,7 @@ watch_dirs = ["/tmp"]
 start = ["/root/entrypoint.sh"]
 match = ["cuzk-daemon", "cuzk-bench"]
 log = "/tmp/benchmark-full.log"
+env = { CUZK_GPUS = "0,1", RUST_LOG = "info" }
 
 [[instance]]
 name = "a"
@@ -55,6 +56,7 @@ command = "df -h /"
         ("\n[[instance]]\nname = 'a'\nhost = 'h'\n\n[[instance]]\nname = 'a'\nhost = 'h2'\n", 6, "duplicate instance"),
         ("[[instance]]\nname = 'a'\nhots = 'h'\n", 1, "unknown instance key 'hots'"),
         ("[benchmark]\nmatch = ['(unclosed']\n", 2, "bad benchmark pattern"),
+        ("[benchmark]\nenv = { 'A B' = 'x' }\n", 2, "benchmark.env must be a table"),
         ("[[probe]]\nname = 'x'\nkey = '1'\ncommand = 'true'\n", 1, "built-in probe"),
         ("[[import]]\nvastai_json = 'missing.json'\n", None, "cannot read vast.ai JSON"),
     ],
@@ -84,6 +86,7 @@ def test_check_accepts_a_good_file_and_lists_instances(tmp_path: Path) -> None:
     b = fleet.get("b")
     assert b.benchmark.stop_timeout == 3 and b.benchmark.match == ("cuzk-daemon", "cuzk-bench")
     assert b.agent_config()["benchmark"]["start"] == ["/root/entrypoint.sh"]
+    assert b.agent_config()["benchmark"]["env"] == {"CUZK_GPUS": "0,1", "RUST_LOG": "info"}
 
 
 def test_hosts_imported_from_ssh_config_and_vastai_json(tmp_path: Path) -> None:

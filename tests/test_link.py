@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from pathlib import Path
 
 import asyncssh
@@ -116,8 +117,11 @@ async def test_custom_command_runs_on_its_own_channel(sshd: Sshd) -> None:
         await rec.wait_for(lambda: link.status == "connected", what="connected")
         result = await link.run_command("echo hello-from-$(hostname); exit 3", timeout=10)
         assert result.exit_status == 3 and result.stdout.startswith("hello-from-")
-        slow = await link.run_command("sleep 5", timeout=0.5)
+        slow = await link.run_command("sleep 47.25", timeout=0.5)
         assert slow.timed_out
+        await asyncio.sleep(0.5)
+        leftover = subprocess.run(["pgrep", "-f", "sleep 47.25"], capture_output=True, text=True).stdout
+        assert not leftover.strip(), "a timed-out command must not keep running on the host"
         assert (await link.request("ping"))["ok"], "the agent channel still answers"
     finally:
         await link.stop()

@@ -23,9 +23,12 @@ DEFAULTS: Dict[str, Any] = {
         "log": None,
         "cwd": None,
         "stop_timeout": 10.0,
+        "env": {},  # extra environment for the started benchmark (data, never shell text)
     },
-    "gpu": {"simulate": None},  # {"scenario": path} drives the simulated NVML (demo, tests)
+    "gpu": {"simulate": None},  # None: real pynvml; a scenario dict drives console.agent.nvml_sim
     "proc_root": None,  # only the subtree under this pid (demo instances share one host)
+    "proc_backend": "auto",  # "auto" (psutil when importable) | "psutil" | "proc"
+    "stall_seconds": 120.0,  # a download log unchanged this long counts as stalled (diagnose)
 }
 
 

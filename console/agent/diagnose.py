@@ -666,26 +666,14 @@ def read_dmesg(timeout: float = 5.0, max_lines: int = 2000) -> Dict[str, Any]:
 
 
 def gpu_facts(gpu_sampler: Any) -> Optional[Dict[str, Any]]:
-    """The GPU sampler's latest state as plain data: {state, message, devices}."""
+    """The GPU sampler's latest state as plain data: {state, message, devices}; never calls NVML itself."""
     if gpu_sampler is None:
         return None
     state = getattr(gpu_sampler, "state", None)
-    sample = None
-    for name in ("last_sample", "last", "latest"):
-        value = getattr(gpu_sampler, name, None)
-        if callable(value):
-            try:
-                value = value()
-            except Exception:
-                value = None
-        if isinstance(value, dict):
-            sample = value
-            break
-    if sample is None and state == "ok":
-        try:
-            sample = gpu_sampler.sample()
-        except Exception:
-            sample = None
+    try:
+        sample = gpu_sampler.last_sample()
+    except Exception:
+        sample = None
     if not isinstance(sample, dict):
         return {"state": state or "unknown", "message": None, "devices": []}
     return {

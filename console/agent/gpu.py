@@ -172,6 +172,7 @@ class GpuSampler:
         self.message: Optional[str] = reason
         self.driver: Optional[str] = None
         self.devices: List[_Device] = []
+        self._last_records: Optional[List[Dict[str, Any]]] = None
         self._initialized = False
         self._next_full = 0.0
         self._next_state_frame = 0.0
@@ -272,7 +273,22 @@ class GpuSampler:
                 else:
                     mem[pid] = (mem.get(pid) or 0) + used
         self._mem_by_pid = mem
+        self._last_records = records
         return self._frame(full, records)
+
+    def last_sample(self) -> Optional[Dict[str, Any]]:
+        """The latest sample as a full frame (static fields merged in), for diagnosis; no NVML calls."""
+        if self.state != "ok":
+            return self._frame(True, [])
+        records = self._last_records
+        if records is None:
+            return None
+        merged = []
+        for dev, record in zip(self.devices, records):
+            full = dict(dev.static or {})
+            full.update(record)
+            merged.append(full)
+        return self._frame(True, merged)
 
     def _frame(self, full: bool, devices: List[Dict[str, Any]]) -> Dict[str, Any]:
         return {

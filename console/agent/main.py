@@ -34,6 +34,7 @@ class Agent:
         self.started = time.time()
         self.samples = 0
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="request")
+        self._error_quiet_until: Dict[str, float] = {}
 
     # -- frames ---------------------------------------------------------------------------------
     def hello(self) -> None:
@@ -57,17 +58,37 @@ class Agent:
 
     def sample_once(self) -> None:
         """One GPU + process sample, each sent as a frame (processes only when changed)."""
-        gpu_frame = self.gpu.sample()
+        gpu_frame = self._guarded("gpu", self.gpu.sample)
         if gpu_frame is not None:
             self.writer.send("gpu", **gpu_frame)
-        procs_frame = self.procs.sample(self.gpu.memory_by_pid())
+        procs_frame = self._guarded("procs", lambda: self.procs.sample(self.gpu.memory_by_pid()))
         if procs_frame is not None:
             self.writer.send("procs", **procs_frame)
         self.samples += 1
 
     def poll_logs(self) -> None:
-        for frame in self.logs.poll():
+        for frame in self._guarded("logs", self.logs.poll) or ():
             self.writer.send("log", **frame)
+
+    def _guarded(self, what: str, sample: Any) -> Any:
+        """Run one sampler; a bug in one stream becomes an ``error`` frame (once a minute), never a dead agent."""
+        try:
+            return sample()
+        except Exception as exc:
+            now = time.monotonic()
+            if now >= self._error_quiet_until.get(what, 0.0):
+                self._error_quiet_until[what] = now + 60.0
+                detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+                self.writer.send("error", message="%s sampler failed: %s" % (what, detail))
+            return None
+
+    def close(self) -> None:
+        """Release NVML and open log files."""
+        for sampler in (self.gpu, self.logs):
+            try:
+                sampler.close()
+            except Exception:
+                pass
 
     # -- requests -------------------------------------------------------------------------------
     def handle_line(self, line: bytes) -> None:
@@ -129,6 +150,7 @@ class Agent:
             wake = min(next_sample, next_log, next_hb)
             self.stop_event.wait(max(0.0, wake - time.monotonic()))
         self._pool.shutdown(wait=False)
+        self.close()
         return 0
 
 
