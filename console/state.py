@@ -152,6 +152,7 @@ class InstanceState:
         self.diagnosis_at: Optional[float] = None
         self.probes: Dict[str, Dict[str, Any]] = {}
         self.status = "connecting"
+        self.settled_status: Optional[str] = None  # the last status other than "connecting"
         self.status_detail = ""
         self.version = 0  # bumped on every change (UI caches key on it)
         self.updated_at = 0.0  # console clock of the last change
@@ -207,7 +208,10 @@ class InstanceState:
     def busiest_process(self) -> Optional[Dict[str, Any]]:
         best = None
         best_key = None
+        agent_pid = self.hello.get("pid")
         for rec in self.procs.values():
+            if rec.get("pid") == agent_pid:  # the agent watching the host is not what the operator looks for
+                continue
             key = (rec.get("gpu_mem") or 0, rec.get("cpu") or 0.0)
             if best_key is None or key > best_key:
                 best, best_key = rec, key
@@ -227,7 +231,7 @@ class InstanceState:
         if not diag:
             return False
         codes = {(diag.get("verdict") or {}).get("code")}
-        codes.update(f.get("code") for f in diag.get("findings") or ())
+        codes.update(f.get("code") for f in diag.get("findings") or () if f.get("severity") not in (None, "info"))
         return bool(codes & BENCH_DOWN_CODES)
 
     def verdict_summary(self) -> str:
@@ -321,8 +325,14 @@ class FleetState:
         if status != old:
             inst.status = status
             self.order_version += 1
-            if RANK[status] < RANK.get(old, 99) and (old != "connecting" or status in ("unreachable", "failed")):
-                self._events.append((inst.name, old, status, detail))
+            if status != "connecting":
+                # Compare with the last settled status, so a host that keeps failing to reconnect
+                # (unreachable -> connecting -> unreachable ...) reports once, not on every retry.
+                before = inst.settled_status
+                first_bad = before is None and status in ("unreachable", "failed")
+                if first_bad or (before is not None and RANK[status] < RANK.get(before, 99)):
+                    self._events.append((inst.name, before or old, status, detail))
+                inst.settled_status = status
         if status != old or detail != inst.status_detail:
             inst.status_detail = detail
             self._touch(inst, now)

@@ -99,7 +99,7 @@ class Sshd:
         """Kill sshd and all the sessions it forked (as a host going down would)."""
         if self.proc is None:
             return
-        for pid in self._session_pids():
+        for pid in self.session_pids():
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -111,7 +111,7 @@ class Sshd:
         self.proc.wait(timeout=10)
         self.proc = None
 
-    def _session_pids(self) -> list[int]:
+    def session_pids(self) -> list[int]:
         """sshd's forked children (per-connection processes), found through /proc."""
         assert self.proc is not None
         children: dict[int, list[int]] = {}

@@ -83,7 +83,7 @@ def test_seed_headline_is_transport_error_on_the_warmup_proof(seed_tmp: Path) ->
     verdict = result["verdict"]
     assert verdict["code"] == "transport_error"
     assert verdict["severity"] in ("error", "critical")
-    assert "warmup proof" in verdict["summary"]
+    assert "warmup proof" in verdict["summary"] and "Broken pipe (os error 32)" in verdict["summary"]
     found = by_code(result)
     transport = found["transport_error"]
     log = str(seed_tmp / "benchmark-full.log")
@@ -127,6 +127,26 @@ def test_symptoms_alone_rank_benchmark_not_running(tmp_path: Path) -> None:
     assert set(by_code(result)) == {"benchmark_not_running", "waiting_on_child", "gpu_idle"}
 
 
+def test_a_young_entrypoint_still_setting_up_is_starting_not_failed(tmp_path: Path) -> None:
+    now = time.time()
+    (tmp_path / "setup.log").write_text("C1 output not found\nDownloading from https://x.r2.dev/c1.json ...\n")
+    os.utime(str(tmp_path / "setup.log"), (now, now))
+    procs = [rec(369, 1, "bash /entrypoint.sh", wchan="do_wait", start=now - 5),
+             rec(370, 369, "curl -# -o /data/c1.json https://x.r2.dev/c1.json", start=now - 4)]
+    facts = {"now": now, "benchmark": SEED_BENCH, "processes": procs, "logs": logs_of(tmp_path), "files": [],
+             "gpu": {"state": "ok", "devices": [{"index": 0, "util": 0}]}}
+    result = dg.analyze(facts)
+    assert result["verdict"]["code"] == "starting", result["findings"]
+    assert "not started yet" in result["verdict"]["summary"] and "5s ago" in result["verdict"]["summary"]
+    assert all(f["severity"] == "info" for f in result["findings"] if f["code"] != "missing_input")
+    # the same tree two minutes later is a problem again
+    for r in procs:
+        r["start"] -= 120
+    later = dg.analyze(facts)
+    assert later["verdict"]["severity"] in ("warning", "error")
+    assert by_code(later)["benchmark_not_running"]["severity"] == "error"
+
+
 def test_healthy_running_benchmark(tmp_path: Path) -> None:
     log = tmp_path / "bench.log"
     log.write_text("Running warmup proof...\nwarmup ok in 40.1s\nproof 1/10 done\n")
@@ -166,13 +186,16 @@ def test_errors_from_before_the_current_run_are_history(tmp_path: Path) -> None:
 
 def test_cuda_oom_outranks_the_transport_error_it_causes(tmp_path: Path) -> None:
     (tmp_path / "daemon.log").write_text(
-        "INFO starting cuzk-daemon\nERROR CUDA error: out of memory (CUDA_ERROR_OUT_OF_MEMORY)\n")
+        "2026-12-03T05:56:40Z INFO cuzk_daemon::srv: starting cuzk-daemon\n"
+        "2026-12-03T05:56:57Z ERROR cuzk_daemon::prove: synthesis failed on GPU 0: CUDA error: out of memory\n")
     (tmp_path / "bench.log").write_text(
         "Running warmup proof...\nError: status: Unavailable, message: \"Connection refused\"\n"
         "warmup proof failed, aborting benchmark\n")
     facts = {"now": time.time(), "benchmark": SEED_BENCH, "processes": [], "logs": logs_of(tmp_path), "files": []}
     result = dg.analyze(facts)
     assert result["verdict"]["code"] == "cuda_oom"
+    # the headline reads like a sentence: no timestamp, level or module path from the log line
+    assert result["verdict"]["summary"] == "CUDA out of memory: synthesis failed on GPU 0: CUDA error: out of memory"
     assert {"cuda_oom", "transport_error", "benchmark_not_running"} <= set(by_code(result))
 
 

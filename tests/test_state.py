@@ -201,6 +201,8 @@ def test_busiest_process_prefers_gpu_memory() -> None:
         {"type": "procs", "ts": 0, "full": True, "procs": [proc(10, cpu=300.0), proc(11, cpu=5.0, gpu_mem=10 * 2**30)]},
     )
     assert state.get("a").busiest_process()["pid"] == 11
+    state.apply_frame("a", {"type": "hello", "v": 1, "pid": 11})
+    assert state.get("a").busiest_process()["pid"] == 10, "the agent itself is never the busiest process"
 
 
 def test_statuses_ordering_and_worse_events() -> None:
@@ -252,6 +254,24 @@ def test_statuses_ordering_and_worse_events() -> None:
     totals = state.totals()
     assert totals["instances"] == 6 and totals["failing"] == 3 and totals["gpus"] == 10
     assert totals["busy"] == 8 and totals["idle"] == 2
+
+
+def test_a_host_that_keeps_failing_to_reconnect_is_reported_once() -> None:
+    state, clock = make_state("flappy")
+    connect(state, "flappy")
+    state.apply_frame("flappy", gpu_frame([90]))
+    state.take_events()
+    for _ in range(5):  # the link retries: connecting -> unreachable, again and again
+        clock.now += 3
+        state.set_link_status("flappy", "connecting", "127.0.0.1:22")
+        state.set_link_status("flappy", "unreachable", "Connection refused (retry in 2 s)")
+    events = state.take_events()
+    assert [(old, new) for _, old, new, _ in events] == [("ok", "unreachable")]
+    connect(state, "flappy")
+    state.apply_frame("flappy", gpu_frame([90]))
+    clock.now += 3
+    state.set_link_status("flappy", "unreachable", "Connection lost")
+    assert [(old, new) for _, old, new, _ in state.take_events()] == [("ok", "unreachable")]
 
 
 def test_benchmark_down_from_process_patterns() -> None:

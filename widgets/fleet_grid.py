@@ -345,11 +345,7 @@ class FleetGrid(ScrollView, can_focus=True):
         pal = self.palette
         text = Text()
         if not inst.gpus:
-            if inst.gpu_state == "no_gpu":
-                text.append("no GPU", pal.dim)
-            elif inst.gpu_state == "error":
-                text.append("GPU error", pal.error)
-            else:
+            if inst.gpu_state not in ("no_gpu", "error"):  # those two are already in the pane's flags
                 text.append("no GPU data yet", pal.dim)
             return text
         gpus = list(inst.gpus.values())

@@ -12,27 +12,28 @@ HELP = """\
 [b]fleet-console — keys[/b]
 
 [b]Fleet grid[/b]
-  arrows / j k    move between instance panes
-  enter           open the instance (GPU detail, processes, logs, diagnosis)
-  space           select / unselect the pane (fleet actions use the selection)
-  /               filter by name, tag or host (tag:x, status:x); esc clears
-  d               diagnose the selected instances (or the focused one)
-  r               restart the benchmark (asks first; refused in read-only mode)
-  p               probes menu (pick by key or from the list)
-  t               cycle theme: dark, light, high-contrast (remembered)
-  ctrl+p          command palette
-  ?               this help
-  q               quit
+  arrows, j k   move between instance panes
+  enter         open the instance: GPUs, processes, logs, diagnosis
+  space         select / unselect (fleet actions use the selection)
+  /             filter by name, tag or host (tag:x status:x); esc clears
+  d             diagnose the selected instances (or the focused one)
+  r             restart the benchmark (asks first; off in read-only)
+  p             probes menu (pick by key or from the list)
+  t             next theme: dark, light, high-contrast (remembered)
+  ctrl+p        command palette
+  ?             this help
+  q             quit
 
 [b]Instance screen[/b]
-  esc             back to the grid
-  tab / 1-5       switch section: GPUs, Processes, Logs, Diagnosis, Probes
-  f or space      follow / pause the log
-  / or ctrl+f     search the log; n / N next / previous match
-  d r p           diagnose, restart, probe this instance
+  esc           back to the grid
+  tab, 1-5      GPUs, Processes, Logs, Diagnosis, Probes
+  f, space      follow / pause the log
+  /, ctrl+f     search the log; n / N next / previous match
+  d r p         diagnose, restart, probe this instance
 
-Statuses (trouble first): FAILED, UNREACHABLE, BENCH DOWN, STALE (age), GPU IDLE, CONNECTING, OK.
-Mouse: click a pane to focus it, double-click to open; the keyboard does everything.
+Statuses, trouble first: FAILED, UNREACHABLE, BENCH DOWN, STALE (age),
+GPU IDLE, CONNECTING, OK.
+Mouse: click a pane to focus it, double-click to open; keys do it all.
 """
 
 

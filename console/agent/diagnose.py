@@ -20,6 +20,7 @@ from .config import as_list
 from .ops import op
 
 DEFAULT_STALL_SECONDS = 120.0
+STARTUP_GRACE_SECONDS = 90.0  # an entrypoint younger than this is still setting up
 TAIL_LINES = 2000
 MAX_LOGS = 30
 MAX_EVIDENCE = 6
@@ -79,6 +80,14 @@ CONTEXT_RE = re.compile(
     re.IGNORECASE,
 )
 FAILED_RE = re.compile(r"^\s*(?:\[[^\]]{0,40}\]\s*)?(?:error:\s*)?(.{1,60}?)\s+(?:failed|aborted)\b", re.IGNORECASE)
+LOG_PREFIX_RE = re.compile(
+    r"^(?:\[?\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d\d)?\]?\s*)?"  # timestamp
+    r"(?:\[?(?:TRACE|DEBUG|INFO|WARN|WARNING|ERROR|FATAL|CRITICAL)\]?:?\s+)?"  # level
+    r"(?:[A-Za-z_][\w]*(?:::[\w]+)+:?\s+)?"  # rust module path
+    r"(?:Error:\s+)?",
+)
+GRPC_TAIL_RE = re.compile(r",\s*details:\s*\[.*$")
+CAUSE_RE = re.compile(r"^\s*\d+:\s+(.{3,80}?)\s*$")  # the last line of an anyhow "Caused by:" chain
 ABORT_RE = re.compile(r"\b(?:failed|aborting|aborted|fatal|giving up)\b", re.IGNORECASE)
 DOWNLOAD_DONE_RE = re.compile(
     r"download(?:ed)?\s+(?:complete|completed|finished|ok|done|succeeded)|\bdownloaded\b|\bsaved\b"
@@ -266,13 +275,18 @@ def _episode_summary(ep: Dict[str, Any]) -> str:
     where = " during the %s" % context if context else ""
     if code == "python_traceback" and ep.get("follow"):
         return "%s%s: %s" % (label, where, _short(ep["follow"][0]["text"], 140))
-    phrases: List[str] = []
-    for hit in ep["hits"]:
-        sig = signatures.match_line(hit["text"])
-        m = sig.pattern.search(hit["text"]) if sig is not None else None
-        if m and m.group(0).strip().lower() not in [p.lower() for p in phrases]:
-            phrases.append(m.group(0).strip())
-    return "%s%s: %s; %s" % (label, where, ", ".join(phrases[:4]), _short(text, 100))
+    message = _clean_message(text)
+    cause = next((m.group(1) for m in map(CAUSE_RE.match, (h["text"] for h in reversed(ep["hits"]))) if m), None)
+    if cause and cause.lower() not in message.lower():
+        message = "%s — caused by %s" % (_short(message, 110), cause)
+    return "%s%s: %s" % (label, where, _short(message, 160))
+
+
+def _clean_message(text: str) -> str:
+    """A log line without its timestamp, level, module path and gRPC metadata: the part a person reads."""
+    text = LOG_PREFIX_RE.sub("", text.strip())
+    text = GRPC_TAIL_RE.sub("", text)
+    return text.strip() or text
 
 
 def _log_findings(
@@ -426,6 +440,7 @@ def analyze(facts: Dict[str, Any]) -> Dict[str, Any]:
     bench_all = [r for r in processes if match_pats and _matches(r, match_pats) and r["pid"] not in entry_pids]
     bench = [r for r in bench_all if _alive(r)]
     bench_started = min((float(r.get("start") or 0.0) for r in bench), default=None) if bench else None
+    starting = False  # the entrypoint is young and the benchmark not up yet: waiting is expected
     if facts.get("processes_error"):
         steps.append(_step("processes", "skipped", "process table unreadable: %s" % facts["processes_error"]))
     elif not match_pats:
@@ -439,12 +454,20 @@ def analyze(facts: Dict[str, Any]) -> Dict[str, Any]:
         summary = "no benchmark process is running (patterns: %s)" % pats
         if zombies:
             summary += "; %d exited but not reaped (zombie)" % len(zombies)
+        severity = "error" if entry else "warning"
         if entry:
             summary += "; the entrypoint (pid %s) is still alive" % ", ".join(str(r["pid"]) for r in entry)
+            now = float(facts.get("now") or time.time())
+            youngest = max(float(r.get("start") or 0.0) for r in entry)
+            if 0.0 < now - youngest < STARTUP_GRACE_SECONDS:  # still setting up: not a failure (yet)
+                starting = True
+                severity = "info"
+                summary = "the benchmark has not started yet: the entrypoint (pid %s) began %s ago" % (
+                    ", ".join(str(r["pid"]) for r in entry), fmt_age(now - youngest))
         findings.append(
             {
                 "code": "benchmark_not_running",
-                "severity": "error" if entry else "warning",
+                "severity": severity,
                 "summary": summary,
                 "evidence": [_ev("/proc/%d" % r["pid"], None, proc_line(r)) for r in entry[:3] + zombies[:3]],
             }
@@ -487,11 +510,11 @@ def analyze(facts: Dict[str, Any]) -> Dict[str, Any]:
                 top["pid"], _short(top.get("cmdline") or top.get("name") or "", 60), why)
             if do_wait:
                 summary += "; wchan do_wait (blocked in wait for a child)"
-            status = "problem"
+            status = "info" if starting else "problem"
             findings.append(
                 {
                     "code": "waiting_on_child",
-                    "severity": "warning",
+                    "severity": "info" if starting else "warning",
                     "summary": summary,
                     "evidence": [_ev("/proc/%d" % top["pid"], None, proc_line(top))]
                     + [_ev("/proc/%d" % r["pid"], None, proc_line(r, d)) for d, r in desc[:4]],
@@ -548,9 +571,9 @@ def analyze(facts: Dict[str, Any]) -> Dict[str, Any]:
             findings.append(
                 {
                     "code": "gpu_idle",
-                    "severity": "warning",
+                    "severity": "info" if starting else "warning",
                     "summary": "all %d GPU(s) idle (util <= %d%%) while the benchmark should be running"
-                    % (len(utils), IDLE_GPU_UTIL),
+                    % (len(utils), IDLE_GPU_UTIL) + (" (it has not started yet)" if starting else ""),
                     "evidence": [_ev("gpu:%s" % d.get("index"), None, line) for d, line in zip(devices, lines)],
                 }
             )
@@ -561,17 +584,24 @@ def analyze(facts: Dict[str, Any]) -> Dict[str, Any]:
     # 7. verdict
     for f in findings:
         f.setdefault("_recency", (0.0, 0))
+        if starting and f["code"] == "missing_input" and f["severity"] == "warning":
+            f["severity"] = "info"  # fetching inputs is what a young entrypoint does; a stall is its own finding
+            f["summary"] += " (still setting up)"
     findings.sort(key=lambda f: (-SEVERITY_LEVEL.get(f["severity"], 0), -RANK.get(f["code"], 30)))
     actionable = [f for f in findings if SEVERITY_LEVEL.get(f["severity"], 0) >= 1]
     if actionable:
         head = max(actionable, key=lambda f: (RANK.get(f["code"], 30), SEVERITY_LEVEL[f["severity"]], f["_recency"]))
         verdict = {"code": head["code"], "severity": head["severity"], "summary": head["summary"]}
+    elif starting:
+        head = next(f for f in findings if f["code"] == "benchmark_not_running")
+        verdict = {"code": "starting", "severity": "info", "summary": head["summary"]}
     else:
         what = "%d benchmark process(es) running" % len(bench) if bench else "nothing wrong found"
         verdict = {"code": "healthy", "severity": "info", "summary": "healthy: %s" % what}
     for f in findings:
         f.pop("_recency", None)
-    steps.append(_step("verdict", "ok" if verdict["code"] == "healthy" else "problem", verdict["summary"]))
+    fine = verdict["code"] in ("healthy", "starting")
+    steps.append(_step("verdict", "ok" if fine else "problem", verdict["summary"]))
     return {"verdict": verdict, "findings": findings, "steps": steps, "time": now}
 
 
