@@ -81,6 +81,7 @@ class Instance:
     logs: tuple[str, ...] = ()
     watch_dirs: tuple[str, ...] = ("/tmp",)
     interval: float = 1.0
+    stall_seconds: float | None = None  # diagnose: a download log unchanged this long is stalled (None: agent default)
     benchmark: BenchmarkSpec = field(default_factory=BenchmarkSpec)
     agent_extra: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     source: str = ""
@@ -97,6 +98,8 @@ class Instance:
             "watch_dirs": list(self.watch_dirs),
             "benchmark": self.benchmark.as_agent_config(),
         }
+        if self.stall_seconds is not None:
+            config["stall_seconds"] = self.stall_seconds
         config.update(self.agent_extra)
         return config
 
@@ -118,7 +121,7 @@ class Fleet:
 
 _INSTANCE_KEYS = {
     "name", "host", "port", "user", "key", "tags", "transport", "known_hosts", "accept_new_host_key",
-    "python", "logs", "watch_dirs", "interval", "benchmark",
+    "python", "logs", "watch_dirs", "interval", "stall_seconds", "benchmark",
 }
 _DEFAULT_KEYS = _INSTANCE_KEYS - {"name", "host", "port", "transport"} | {"port"}
 _BENCH_KEYS = {"start", "match", "entrypoint", "log", "cwd", "stop_timeout", "env"}
@@ -224,6 +227,9 @@ def _instance(raw: dict[str, Any], defaults: dict[str, Any], bench: BenchmarkSpe
     interval = merged.get("interval", 1.0)
     if not isinstance(interval, (int, float)) or interval <= 0:
         raise err(f"instance {name!r}: interval must be a positive number of seconds")
+    stall = merged.get("stall_seconds")
+    if stall is not None and (not isinstance(stall, (int, float)) or isinstance(stall, bool) or stall <= 0):
+        raise err(f"instance {name!r}: stall_seconds must be a positive number of seconds")
     for key in ("user", "key", "known_hosts", "python"):
         if key in merged and not isinstance(merged[key], str):
             raise err(f"instance {name!r}: {key} must be a string")
@@ -241,6 +247,7 @@ def _instance(raw: dict[str, Any], defaults: dict[str, Any], bench: BenchmarkSpe
         logs=_str_list(merged.get("logs", []), "logs", err),
         watch_dirs=_str_list(merged.get("watch_dirs", ["/tmp"]), "watch_dirs", err),
         interval=float(interval),
+        stall_seconds=float(stall) if stall is not None else None,
         benchmark=_benchmark(raw.get("benchmark"), bench, err),
         source=source,
     )

@@ -147,6 +147,19 @@ def test_a_young_entrypoint_still_setting_up_is_starting_not_failed(tmp_path: Pa
     assert by_code(later)["benchmark_not_running"]["severity"] == "error"
 
 
+def test_a_young_entrypoint_whose_benchmark_already_failed_is_not_starting(tmp_path: Path) -> None:
+    now = time.time()
+    (tmp_path / "benchmark-full.log").write_text(
+        "Running warmup proof...\nError: status: Unavailable, message: \"error sending request: broken pipe\"\n"
+        "warmup proof failed, aborting benchmark\n")
+    procs = [rec(369, 1, "bash /entrypoint.sh", wchan="do_wait", start=now - 20)]
+    facts = {"now": now, "benchmark": SEED_BENCH, "processes": procs, "logs": logs_of(tmp_path), "files": []}
+    result = dg.analyze(facts)
+    assert result["verdict"]["code"] == "transport_error"
+    down = by_code(result)["benchmark_not_running"]
+    assert down["severity"] == "error" and "not started yet" not in down["summary"]
+
+
 def test_healthy_running_benchmark(tmp_path: Path) -> None:
     log = tmp_path / "bench.log"
     log.write_text("Running warmup proof...\nwarmup ok in 40.1s\nproof 1/10 done\n")

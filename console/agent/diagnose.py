@@ -21,6 +21,8 @@ from .ops import op
 
 DEFAULT_STALL_SECONDS = 120.0
 STARTUP_GRACE_SECONDS = 90.0  # an entrypoint younger than this is still setting up
+# what a young entrypoint that is still fetching inputs looks like; not trouble until the grace is over
+STARTUP_SYMPTOMS = frozenset(("benchmark_not_running", "waiting_on_child", "gpu_idle", "missing_input"))
 TAIL_LINES = 2000
 MAX_LOGS = 30
 MAX_EVIDENCE = 6
@@ -440,7 +442,7 @@ def analyze(facts: Dict[str, Any]) -> Dict[str, Any]:
     bench_all = [r for r in processes if match_pats and _matches(r, match_pats) and r["pid"] not in entry_pids]
     bench = [r for r in bench_all if _alive(r)]
     bench_started = min((float(r.get("start") or 0.0) for r in bench), default=None) if bench else None
-    starting = False  # the entrypoint is young and the benchmark not up yet: waiting is expected
+    young_entry: Optional[str] = None  # set when the entrypoint is young and no benchmark process is up
     if facts.get("processes_error"):
         steps.append(_step("processes", "skipped", "process table unreadable: %s" % facts["processes_error"]))
     elif not match_pats:
@@ -459,10 +461,8 @@ def analyze(facts: Dict[str, Any]) -> Dict[str, Any]:
             summary += "; the entrypoint (pid %s) is still alive" % ", ".join(str(r["pid"]) for r in entry)
             now = float(facts.get("now") or time.time())
             youngest = max(float(r.get("start") or 0.0) for r in entry)
-            if 0.0 < now - youngest < STARTUP_GRACE_SECONDS:  # still setting up: not a failure (yet)
-                starting = True
-                severity = "info"
-                summary = "the benchmark has not started yet: the entrypoint (pid %s) began %s ago" % (
+            if 0.0 < now - youngest < STARTUP_GRACE_SECONDS:  # maybe still setting up (decided at the verdict)
+                young_entry = "the benchmark has not started yet: the entrypoint (pid %s) began %s ago" % (
                     ", ".join(str(r["pid"]) for r in entry), fmt_age(now - youngest))
         findings.append(
             {
@@ -510,11 +510,11 @@ def analyze(facts: Dict[str, Any]) -> Dict[str, Any]:
                 top["pid"], _short(top.get("cmdline") or top.get("name") or "", 60), why)
             if do_wait:
                 summary += "; wchan do_wait (blocked in wait for a child)"
-            status = "info" if starting else "problem"
+            status = "problem"
             findings.append(
                 {
                     "code": "waiting_on_child",
-                    "severity": "info" if starting else "warning",
+                    "severity": "warning",
                     "summary": summary,
                     "evidence": [_ev("/proc/%d" % top["pid"], None, proc_line(top))]
                     + [_ev("/proc/%d" % r["pid"], None, proc_line(r, d)) for d, r in desc[:4]],
@@ -571,9 +571,9 @@ def analyze(facts: Dict[str, Any]) -> Dict[str, Any]:
             findings.append(
                 {
                     "code": "gpu_idle",
-                    "severity": "info" if starting else "warning",
+                    "severity": "warning",
                     "summary": "all %d GPU(s) idle (util <= %d%%) while the benchmark should be running"
-                    % (len(utils), IDLE_GPU_UTIL) + (" (it has not started yet)" if starting else ""),
+                    % (len(utils), IDLE_GPU_UTIL),
                     "evidence": [_ev("gpu:%s" % d.get("index"), None, line) for d, line in zip(devices, lines)],
                 }
             )
@@ -582,11 +582,18 @@ def analyze(facts: Dict[str, Any]) -> Dict[str, Any]:
             steps.append(_step("gpu", "ok" if not lost else "problem", "%d GPU(s)" % len(devices), lines))
 
     # 7. verdict
+    # A young entrypoint with no benchmark yet is starting, unless something already failed (then the
+    # benchmark ran and died, and the symptoms below are real).
+    starting = young_entry is not None and not any(
+        SEVERITY_LEVEL.get(f["severity"], 0) >= SEVERITY_LEVEL["error"]
+        for f in findings
+        if f["code"] not in STARTUP_SYMPTOMS
+    )
     for f in findings:
         f.setdefault("_recency", (0.0, 0))
-        if starting and f["code"] == "missing_input" and f["severity"] == "warning":
-            f["severity"] = "info"  # fetching inputs is what a young entrypoint does; a stall is its own finding
-            f["summary"] += " (still setting up)"
+        if starting and f["code"] in STARTUP_SYMPTOMS and f["severity"] != "info":
+            f["severity"] = "info"
+            f["summary"] = young_entry if f["code"] == "benchmark_not_running" else f["summary"] + " (still setting up)"
     findings.sort(key=lambda f: (-SEVERITY_LEVEL.get(f["severity"], 0), -RANK.get(f["code"], 30)))
     actionable = [f for f in findings if SEVERITY_LEVEL.get(f["severity"], 0) >= 1]
     if actionable:
