@@ -235,6 +235,21 @@ def test_host_oom_kill_and_gpu_lost_from_dmesg() -> None:
     assert dg.analyze(facts)["verdict"]["code"] == "benchmark_not_running"
 
 
+def test_kernel_events_from_before_the_current_run_are_history() -> None:
+    now = time.time()
+    uptime = 9100.0  # the OOM kill below happened ~1000 s ago; the entrypoint started 300 s ago
+    dmesg = ["[ 8100.000000] Out of memory: Killed process 4242 (cuzk-daemon) total-vm:9kB, anon-rss:9kB"]
+    facts = {"now": now, "benchmark": SEED_BENCH, "logs": [], "files": [],
+             "processes": [rec(369, 1, "bash /entrypoint.sh", start=now - 300)],
+             "dmesg": {"lines": dmesg, "error": None, "uptime": uptime}, "dmesg_max_age": 6 * 3600}
+    result = dg.analyze(facts)
+    assert result["verdict"]["code"] == "benchmark_not_running"
+    oom = by_code(result)["host_oom_kill"]
+    assert oom["severity"] == "info" and oom["summary"].startswith("before the current run")
+    facts["processes"][0]["start"] = now - 2000  # the same kill during this run is the headline
+    assert dg.analyze(facts)["verdict"]["code"] == "host_oom_kill"
+
+
 def test_gpu_lost_from_the_sampler() -> None:
     facts = {"now": time.time(), "benchmark": {}, "processes": [], "logs": [], "files": [],
              "gpu": {"state": "ok", "devices": [{"index": 0, "util": 99},

@@ -292,7 +292,7 @@ def _clean_message(text: str) -> str:
 
 
 def _log_findings(
-    facts: Dict[str, Any], bench_started: Optional[float]
+    facts: Dict[str, Any], bench_started: Optional[float], run_started: Optional[float] = None
 ) -> Tuple[List[Dict[str, Any]], List[str], List[str]]:
     """Signature findings over every log tail and dmesg; also the log and signature step lines."""
     episodes: List[Dict[str, Any]] = []
@@ -333,15 +333,20 @@ def _log_findings(
         dlog = {"path": "dmesg", "lines": dmesg["lines"], "first_line": 1, "mtime": None}
         max_age = facts.get("dmesg_max_age")
         uptime = dmesg.get("uptime")
-        hits = []
+        hits, old_hits = [], []
         for hit in signatures.scan_lines(dlog["lines"], "dmesg", 1):
             m = DMESG_TS_RE.match(hit["text"])
             if max_age and uptime and m and float(m.group(1)) < float(uptime) - float(max_age):
                 continue  # an old event, from before anything we care about
             if hit["code"] in ("missing_input", "timeout", "transport_error", "command_not_found"):
                 continue  # kernel chatter, not our benchmark
-            hits.append(hit)
+            # a kernel event from before the current run started is history, as an old log line is
+            before_run = bool(uptime and m and run_started and now - (float(uptime) - float(m.group(1))) < run_started)
+            (old_hits if before_run else hits).append(hit)
         episodes.extend(_episodes(dlog, hits))
+        for ep in _episodes(dlog, old_hits):
+            ep["stale"] = True
+            episodes.append(ep)
 
     findings: List[Dict[str, Any]] = []
     by_code: Dict[str, List[Dict[str, Any]]] = {}
@@ -535,7 +540,8 @@ def analyze(facts: Dict[str, Any]) -> Dict[str, Any]:
     )
 
     # 4 + 5. log tails and signatures (logs and dmesg)
-    log_findings, log_lines, sig_lines = _log_findings(facts, bench_started)
+    entry_started = max((float(r.get("start") or 0.0) for r in entry), default=0.0) or None
+    log_findings, log_lines, sig_lines = _log_findings(facts, bench_started, bench_started or entry_started)
     findings.extend(log_findings)
     steps.append(_step("logs", "info", "%d log tail(s) read" % len(facts.get("logs") or []), log_lines))
     dmesg = facts.get("dmesg") or {}
