@@ -194,11 +194,14 @@ async def _settle(controller: FleetController, name: str, timeout: float) -> Non
 def status_row(controller: FleetController, name: str) -> dict[str, Any]:
     inst = controller.state.get(name)
     assert inst is not None
+    status, detail = inst.status, inst.status_detail
+    if status == "connecting" and inst.settled_status:  # caught mid-retry: say what the last attempt found
+        status, detail = inst.settled_status, inst.settled_detail
     return {
         "name": name,
         "address": controller.instance(name).address,
-        "status": inst.status,
-        "detail": inst.status_detail,
+        "status": status,
+        "detail": detail,
         "link": inst.link_status,
         "gpus": [
             {"index": g.index, "name": g.get("name"), "util": g.util, "mem_used": g.get("mem_used"),

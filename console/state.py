@@ -27,6 +27,7 @@ DEFAULT_HEARTBEAT = 5.0  # agent heartbeat_interval default (seconds)
 STALE_FACTOR = 3.0
 IDLE_UTIL = 5  # % at or under which a GPU counts as idle
 IDLE_WINDOW = 30  # samples (seconds) of idleness before an instance is "gpu_idle"
+STARTUP_GRACE = 90.0  # seconds after the entrypoint starts during which "no benchmark yet" is not trouble
 BUSY_UTIL = 10  # % from which a GPU counts as busy in the fleet totals
 
 # Derived statuses, worst first; the rank is the sort key ("trouble first").
@@ -152,13 +153,18 @@ class InstanceState:
         self.diagnosis_at: Optional[float] = None
         self.probes: Dict[str, Dict[str, Any]] = {}
         self.status = "connecting"
-        self.settled_status: Optional[str] = None  # the last status other than "connecting"
+        self.settled_status: Optional[str] = None  # the last status other than "connecting", and its detail
+        self.settled_detail = ""
         self.status_detail = ""
         self.version = 0  # bumped on every change (UI caches key on it)
         self.updated_at = 0.0  # console clock of the last change
         self._idle_count = 0
         self.bench_patterns = _bench_patterns(instance)
         self.bench_running: Optional[bool] = None  # None: unknown (no patterns or no process list yet)
+        self.entry_patterns = _bench_patterns(instance, "entrypoint")
+        self.entry_started: Optional[float] = None  # start (host clock) of the youngest live entrypoint
+        self.bench_seen_under: Optional[float] = None  # entry_started when a benchmark process was last seen
+        self.clock_offset = 0.0
 
     # -- derived views --------------------------------------------------------------------------
     @property
@@ -204,6 +210,13 @@ class InstanceState:
         if self.simulated:
             out.append("simulated GPUs")
         return out
+
+    def entrypoint_age(self, now: float) -> Optional[float]:
+        """Seconds since the youngest live entrypoint started, while it has not yet got as far as starting a
+        benchmark process (None: no entrypoint, or its benchmark already ran)."""
+        if self.entry_started is None or self.entry_started <= 0 or self.bench_seen_under == self.entry_started:
+            return None
+        return max(0.0, now + self.clock_offset - self.entry_started)
 
     def busiest_process(self) -> Optional[Dict[str, Any]]:
         best = None
@@ -257,16 +270,19 @@ def _derive(inst: InstanceState, now: float) -> Tuple[str, str]:
     if inst.diagnosis_bench_down():
         return "benchmark_down", inst.verdict_summary()
     if inst.bench_running is False:
+        up = inst.entrypoint_age(now)
+        if up is not None and up < STARTUP_GRACE:
+            return "ok", "benchmark starting: entrypoint up %s" % format_age(up)
         return "benchmark_down", "no benchmark process running"
     if inst.gpus and inst._idle_count >= IDLE_WINDOW:
         return "gpu_idle", "GPUs idle for %ds+" % inst._idle_count
     return "ok", ""
 
 
-def _bench_patterns(instance: Any) -> List[re.Pattern[str]]:
+def _bench_patterns(instance: Any, field: str = "match") -> List[re.Pattern[str]]:
     bench = getattr(instance, "benchmark", None)
     out = []
-    for pattern in getattr(bench, "match", None) or ():
+    for pattern in getattr(bench, field, None) or ():
         with contextlib.suppress(re.error):
             out.append(re.compile(pattern))
     return out
@@ -332,7 +348,7 @@ class FleetState:
                 first_bad = before is None and status in ("unreachable", "failed")
                 if first_bad or (before is not None and RANK[status] < RANK.get(before, 99)):
                     self._events.append((inst.name, before or old, status, detail))
-                inst.settled_status = status
+                inst.settled_status, inst.settled_detail = status, detail
         if status != old or detail != inst.status_detail:
             inst.status_detail = detail
             self._touch(inst, now)
@@ -491,6 +507,8 @@ def _on_gpu(inst: InstanceState, frame: Dict[str, Any], now: float) -> None:
             for key in STATIC_GPU_FIELDS:
                 if key in dev:
                     gpu.static[key] = dev[key]
+        if "procs" not in dev:  # the agent leaves out a device's procs while they are unchanged
+            dev = dict(dev, procs=gpu.sample.get("procs") or [])
         gpu.sample = dev
         gpu.lost = bool(dev.get("lost"))
         gpu.missing = False
@@ -525,6 +543,18 @@ def _on_procs(inst: InstanceState, frame: Dict[str, Any], now: float) -> None:
         inst.bench_running = any(
             p.search(rec.get("cmdline") or rec.get("name") or "") for rec in procs.values() for p in inst.bench_patterns
         )
+    if inst.entry_patterns:
+        starts = [
+            float(rec.get("start") or 0.0)
+            for rec in procs.values()
+            if any(p.search(rec.get("cmdline") or rec.get("name") or "") for p in inst.entry_patterns)
+        ]
+        inst.entry_started = max(starts) if starts else None
+        if inst.bench_running:
+            inst.bench_seen_under = inst.entry_started  # this entrypoint got as far as the benchmark
+        ts = frame.get("ts")
+        if isinstance(ts, (int, float)):
+            inst.clock_offset = float(ts) - now  # the host's clock minus ours: process start times are theirs
 
 
 def _on_log(inst: InstanceState, frame: Dict[str, Any], now: float) -> None:

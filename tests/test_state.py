@@ -283,6 +283,38 @@ def test_benchmark_down_from_process_patterns() -> None:
     assert state.get("a").status == "benchmark_down"
 
 
+def test_a_young_entrypoint_is_starting_until_its_benchmark_has_run() -> None:
+    spec = BenchmarkSpec(match=(r"bench\.py",), entrypoint=(r"entrypoint\.sh",))
+    state, clock = make_state("a", benchmark=spec)
+    connect(state, "a")
+    host_now = 5000.0  # the host's clock differs from the console's: process start times are the host's
+    entry = dict(proc(5, name="bash", cmdline="bash /entrypoint.sh"), start=host_now - 10)
+    curl = dict(proc(6, ppid=5, name="curl", cmdline="curl -o c1.json"), start=host_now - 9)
+    state.apply_frame("a", {"type": "procs", "ts": host_now, "full": True, "procs": [entry, curl]})
+    inst = state.get("a")
+    assert inst.status == "ok" and inst.status_detail == "benchmark starting: entrypoint up 10s"
+
+    def later(seconds: int) -> None:
+        for _ in range(seconds):
+            clock.now += 1
+            state.apply_frame("a", {"type": "heartbeat", "ts": 0, "seq": 1, "samples": 1, "sent": 1})
+        state.tick()
+
+    later(75)
+    assert inst.status == "ok" and inst.status_detail == "benchmark starting: entrypoint up 1m25s"
+    later(10)  # past the grace and still no benchmark: down
+    assert inst.status == "benchmark_down"
+    # a new entrypoint (a restart) gets its grace again; once its benchmark ran and exited, it is down at once
+    fresh = dict(entry, pid=7, start=host_now + 95)
+    state.apply_frame("a", {"type": "procs", "ts": host_now + 96, "full": True, "procs": [fresh]})
+    assert inst.status == "ok"
+    bench = dict(proc(8, ppid=7, cmdline="python3 bench.py"), start=host_now + 97)
+    state.apply_frame("a", {"type": "procs", "ts": host_now + 98, "full": False, "upsert": [bench], "gone": []})
+    assert inst.status == "ok" and inst.status_detail == ""
+    state.apply_frame("a", {"type": "procs", "ts": host_now + 99, "full": False, "upsert": [], "gone": [8]})
+    assert inst.status == "benchmark_down"
+
+
 def test_dirty_set_names_only_changed_instances() -> None:
     state, _ = make_state("a", "b", "c")
     state.take_dirty()

@@ -132,7 +132,7 @@ def test_demo_in_an_80x24_tmux_pane(tmux: Tmux, tmp_path: Path) -> None:
     assert "DEMO" in screen and "simulated" in screen
     assert "Quit" in screen.splitlines()[-1]
     # the seed's failure shows up by itself: no benchmark process while the entrypoint waits
-    tmux.wait_for(lambda s: "BENCH DOWN" in s, timeout=60, what="warmup-04 benchmark down")
+    tmux.wait_for(lambda s: "warmup-04  BENCH DOWN" in s, timeout=60, what="warmup-04 benchmark down")
 
     tmux.keys("/")
     tmux.keys(*"warmup", "Enter")
