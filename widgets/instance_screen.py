@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
+from textual.containers import ScrollableContainer, VerticalScroll
 from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
@@ -66,7 +66,7 @@ def diagnosis_text(inst: InstanceState) -> Text:
 
 
 def probes_text(inst: InstanceState) -> Text:
-    text = Text()
+    text = Text(no_wrap=True)
     if not inst.probes:
         text.append("No probe output yet — press p to run a probe.\n", "dim")
         return text
@@ -115,6 +115,7 @@ class InstanceScreen(Screen):
     InstanceScreen #log-search { display: none; height: 1; border: none; }
     InstanceScreen #log-search.-shown { display: block; }
     InstanceScreen .empty { color: $text-muted; padding: 0 1; }
+    InstanceScreen #probe-text { width: auto; }
     """
 
     BINDINGS = [
@@ -157,8 +158,8 @@ class InstanceScreen(Screen):
                 yield TabbedContent(id="log-tabs")
             with TabPane("Diagnosis", id="tab-diag"), VerticalScroll():
                 yield Static(id="diag-text")
-            with TabPane("Probes", id="tab-probes"), VerticalScroll():
-                yield Static(id="probe-text")
+            with TabPane("Probes", id="tab-probes"), ScrollableContainer():
+                yield Static(id="probe-text")  # command output: long lines scroll sideways, never wrap
         yield Input(placeholder="search the log (enter: find, esc: close)", id="log-search")
         yield Footer()
 
