@@ -12,19 +12,23 @@ from .render import size
 
 
 def proc_label(rec: Dict[str, Any]) -> Text:
-    """``pid name state wchan cpu rss gpu`` for one process record (wchan "?" when unknown)."""
-    text = Text()
+    """``pid name [state] cpu rss gpu wchan command`` for one process (wchan "?" when the kernel hides it).
+
+    The figures come before wchan and the command line so that they stay on screen in an 80-column pane.
+    """
+    text = Text(no_wrap=True, overflow="ellipsis")
     text.append("%-7s" % rec.get("pid"), "bold")
     text.append(" %s" % (rec.get("name") or "?"))
     state = rec.get("state") or "?"
     text.append(" [%s]" % state, "bold red" if state in ("D", "Z") else "")
-    wchan = rec.get("wchan")
-    text.append(" wchan=%s" % (wchan if wchan not in (None, "", "0") else "?"), "dim")
     cpu = rec.get("cpu")
     text.append(" cpu %s" % ("?" if cpu is None else "%.0f%%" % cpu))
     text.append(" rss %s" % size(rec.get("rss")))
     gpu = rec.get("gpu_mem")
     text.append(" gpu %s" % ("-" if gpu is None else size(gpu)), "bold" if gpu else "dim")
+    wchan = rec.get("wchan")
+    wchan = wchan if wchan not in (None, "", "0") else "?"
+    text.append(" wchan=%s" % (wchan if len(wchan) <= 24 else wchan[:23] + "…"), "dim")
     cmd = rec.get("cmdline")
     if cmd:
         text.append("  " + str(cmd)[:200], "dim")
