@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from console.inventory import BenchmarkSpec, Instance
+from tests.fixtures.chains.harness import Harness
 from tests.sshd import Sshd
 
 
@@ -19,6 +20,16 @@ def sshd(tmp_path: Path) -> Iterator[Sshd]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def chains(tmp_path: Path) -> Iterator[Harness]:
+    """Fake benchmark chains (entrypoint.sh -> benchmark.sh -> cuzk-daemon + cuzk-bench); all killed after."""
+    harness = Harness(tmp_path)
+    try:
+        yield harness
+    finally:
+        harness.cleanup()
 
 
 def ssh_instance(server: Sshd, name: str = "box1", **extra: object) -> Instance:

@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +23,6 @@ ROOT = Path(__file__).resolve().parents[1]
 REAL_GPUS = Path("/dev/nvidiactl").exists()
 CLI = [sys.executable, "-m", "console"]
 
-
-@pytest.fixture
-def chains(tmp_path: Path) -> Iterator[Harness]:
-    harness = Harness(tmp_path)
-    try:
-        yield harness
-    finally:
-        harness.cleanup()
 
 
 def toml(value: Any) -> str:

@@ -6,7 +6,7 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, List, Optional
 
 import pytest
 
@@ -290,14 +290,6 @@ def test_python_traceback_names_the_exception(tmp_path: Path) -> None:
 
 
 # -- the gatherer on real processes -----------------------------------------------------------------
-@pytest.fixture
-def chains(tmp_path: Path) -> Iterator[Harness]:
-    harness = Harness(tmp_path)
-    try:
-        yield harness
-    finally:
-        harness.cleanup()
-
 
 def _diagnose_until(config: Dict[str, Any], code: str, timeout: float = 30.0) -> Dict[str, Any]:
     def attempt() -> Optional[Dict[str, Any]]:

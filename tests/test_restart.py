@@ -7,22 +7,12 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from console.agent import restart as rs
 from console.agent.ops import OPS
 from tests.fixtures.chains.harness import Harness, alive, cmdline, process_group, wait_for
-
-
-@pytest.fixture
-def chains(tmp_path: Path) -> Iterator[Harness]:
-    harness = Harness(tmp_path)
-    try:
-        yield harness
-    finally:
-        harness.cleanup()
 
 
 def _running(chains: Harness) -> bool:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import base64
 import copy
 import json
-from typing import Any, Dict, List, Optional
+import re
+from typing import Any, Dict, List, Optional, Pattern
 
 DEFAULTS: Dict[str, Any] = {
     "interval": 1.0,  # seconds between GPU/process samples
@@ -66,3 +67,14 @@ def as_list(value: Any) -> List[str]:
     if isinstance(value, str):
         return [value]
     return [str(v) for v in value]
+
+
+def compile_patterns(patterns: Any) -> List[Pattern[str]]:
+    """Regexes from a pattern or a list; a pattern that is not a valid regex matches as plain text."""
+    out = []
+    for pat in as_list(patterns):
+        try:
+            out.append(re.compile(pat))
+        except re.error:
+            out.append(re.compile(re.escape(pat)))
+    return out

@@ -16,7 +16,7 @@ import time
 from typing import Any, Dict, List, Optional, Pattern, Tuple
 
 from . import signatures
-from .config import as_list
+from .config import as_list, compile_patterns
 from .ops import op
 
 DEFAULT_STALL_SECONDS = 120.0
@@ -103,16 +103,6 @@ XID_RE = re.compile(r"Xid \(([^)]*)\):\s*(\d+)")
 
 
 # -- helpers ------------------------------------------------------------------------------------
-def _compile(patterns: Any) -> List[Pattern[str]]:
-    out = []
-    for pat in as_list(patterns):
-        try:
-            out.append(re.compile(pat))
-        except re.error:
-            out.append(re.compile(re.escape(pat)))
-    return out
-
-
 def _matches(rec: Dict[str, Any], pats: List[Pattern[str]]) -> bool:
     cmd = rec.get("cmdline") or rec.get("name") or ""
     return any(p.search(cmd) for p in pats)
@@ -433,8 +423,8 @@ def analyze(facts: Dict[str, Any]) -> Dict[str, Any]:
     """The verdict from gathered facts (no I/O; ``facts`` as built by ``gather``)."""
     now = float(facts.get("now") or time.time())
     bench_cfg = facts.get("benchmark") or {}
-    match_pats = _compile(bench_cfg.get("match"))
-    entry_pats = _compile(bench_cfg.get("entrypoint"))
+    match_pats = compile_patterns(bench_cfg.get("match"))
+    entry_pats = compile_patterns(bench_cfg.get("entrypoint"))
     self_pids = set(int(p) for p in facts.get("self_pids") or [])
     processes = [r for r in facts.get("processes") or [] if int(r["pid"]) not in self_pids]
     kids = children_map(processes)

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Set
 
-from .config import as_list
+from .config import compile_patterns
 from .ops import op
 
 _LOCK = threading.Lock()
@@ -79,22 +79,10 @@ def _pgid(pid: int) -> Optional[int]:
         return None
 
 
-def _compile(patterns: Any) -> List[Any]:
-    import re
-
-    out = []
-    for pat in as_list(patterns):
-        try:
-            out.append(re.compile(pat))
-        except re.error:
-            out.append(re.compile(re.escape(pat)))
-    return out
-
-
 def find_targets(config: Dict[str, Any], processes: Optional[List[Dict[str, Any]]] = None) -> List[Dict[str, Any]]:
     """Live processes whose command line matches ``benchmark.match`` or ``benchmark.entrypoint``."""
     bench = config.get("benchmark") or {}
-    pats = _compile(bench.get("match")) + _compile(bench.get("entrypoint"))
+    pats = compile_patterns(bench.get("match")) + compile_patterns(bench.get("entrypoint"))
     if not pats:
         return []
     if processes is None:
