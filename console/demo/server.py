@@ -232,6 +232,11 @@ class DemoSshServer:
         host = self.hosts[name]
         host.down = True
         host.drops += 1
+        await self._disconnect(host)
+
+    @staticmethod
+    async def _disconnect(host: DemoHost) -> None:
+        """Stop listening for the host and cut its open connections."""
         if host.acceptor is not None:
             host.acceptor.close()
             with contextlib.suppress(Exception):
@@ -364,14 +369,7 @@ class DemoSshServer:
                 host.flap_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await host.flap_task
-            if host.acceptor is not None:
-                host.acceptor.close()
-                with contextlib.suppress(Exception):
-                    await host.acceptor.wait_closed()
-                host.acceptor = None
-            for conn in list(host.conns):
-                conn.abort()
-            host.conns.clear()
+            await self._disconnect(host)
         self.kill_sessions()
         for task in list(self._tasks):
             task.cancel()
