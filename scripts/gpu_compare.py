@@ -44,7 +44,8 @@ def main(argv: List[str]) -> int:
     if not gpu:
         print("no gpu frames from the agent")
         return 1
-    print("agent gpu state: %s (driver %s) %s" % (gpu[-1]["state"], gpu[-1]["driver"], gpu[-1]["message"] or ""))
+    driver = next((f.get("driver") for f in reversed(gpu) if f.get("driver")), None)  # full frames carry it
+    print("agent gpu state: %s (driver %s) %s" % (gpu[-1]["state"], driver, gpu[-1].get("message") or ""))
     static: Dict[int, Dict[str, Any]] = {}
     last: Dict[int, Dict[str, Any]] = {}
     for f in gpu:

@@ -15,7 +15,18 @@ from console.agent.protocol import encode
 
 STATIC = {"name", "uuid", "mem_total", "power_limit"}
 DYNAMIC = {"index", "lost", "error", "util", "mem_util", "mem_used", "temp", "power", "sm_clock", "mem_clock", "fan"}
+HEALTHY_SMALL = DYNAMIC - {"lost", "error"}  # a healthy device in a non-full frame: no lost:false / error:null
 MIB = 1024 * 1024
+
+
+def _procs_view(frames):
+    """Per device index, the procs list a consumer holds after these frames (absent = unchanged)."""
+    view = {}
+    for frame in frames:
+        for dev in frame["devices"]:
+            if "procs" in dev:
+                view[dev["index"]] = dev["procs"]
+    return view
 
 
 def _config(state_file, gpus=2, **extra):
@@ -51,7 +62,10 @@ def test_full_then_small_frames(state_file):
     assert all(isinstance(d0[k], int) for k in ("util", "mem_util", "temp", "sm_clock", "mem_clock", "fan"))
     nxt = sampler.sample()
     assert not nxt["full"]
-    assert set(nxt["devices"][0]) == DYNAMIC | {"procs"}
+    assert set(nxt) == {"state", "full", "devices"}  # driver/simulated travel in full frames
+    # no lost:false, error:null, nulls, or procs while unchanged (both lists stay [] here)
+    assert set(nxt["devices"][0]) == HEALTHY_SMALL
+    assert nxt["devices"][1]["util"] == 0  # a zero is a value, not a default: it stays
     assert d0["uuid"] != d1["uuid"]
 
 
@@ -68,10 +82,53 @@ def test_last_sample_is_a_full_view_without_touching_nvml(state_file):
 
 
 def test_wire_size_eight_gpus(state_file):
-    sampler = GpuSampler(_config(state_file, gpus=8))
-    sampler.sample()
-    size = len(encode(dict(type="gpu", ts=time.time(), **sampler.sample())))
-    assert size < 1700, size  # < 2 KB/s with procs and heartbeat at 1 Hz
+    children = [subprocess.Popen(["sleep", "60"]) for _ in range(8)]
+    try:
+        gpus = [{"load": 95, "processes": [{"pid": c.pid, "mem_mib": 20000 + i}]} for i, c in enumerate(children)]
+        _write(state_file, {"gpus": gpus})
+        sampler = GpuSampler(_config(state_file, gpus=8))
+        full = len(encode(dict(type="gpu", ts=time.time(), **sampler.sample())))
+        small = len(encode(dict(type="gpu", ts=time.time(), **sampler.sample())))
+        assert small < 1150, small  # 8 busy GPUs, one process each (unchanged); it was ~1670 with every field
+        assert full < 3000, full  # every 60 s
+        _write(state_file, {"gpus": [*gpus[:7], {"load": 95}]})  # GPU 7's process goes away
+        frame = sampler.sample()
+        assert [d["index"] for d in frame["devices"] if "procs" in d] == [7] and frame["devices"][7]["procs"] == []
+    finally:
+        for c in children:
+            c.kill()
+            c.wait()
+
+
+def test_small_frames_feed_the_console_state(state_file):
+    """What the console keeps from small frames: procs carried over while absent, nulls and defaults as before."""
+    from console.inventory import Instance
+    from console.state import FleetState
+
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        _write(
+            state_file,
+            {
+                "gpus": [{"load": 90, "processes": [{"pid": child.pid, "mem_mib": 64}]}, {"load": 0}],
+                "failures": {"not_supported": ["fan"]},
+            },
+        )
+        sampler = GpuSampler(_config(state_file))
+        fleet = FleetState()
+        fleet.add_instance(Instance(name="a", host="h"))
+        frames = [sampler.sample() for _ in range(3)]
+        assert "procs" in frames[0]["devices"][0] and "procs" not in frames[2]["devices"][0]
+        assert frames[0]["devices"][0]["fan"] is None and "fan" not in frames[2]["devices"][0]
+        for frame in frames:
+            fleet.apply_frame("a", dict(frame, type="gpu", ts=time.time()))
+        gpu0 = fleet.get("a").gpus[0]
+        assert gpu0.sample["procs"] == [{"pid": child.pid, "mem": 64 * MIB}]
+        assert not gpu0.lost and gpu0.error is None and gpu0.get("fan") is None and gpu0.util >= 80
+        assert gpu0.static["name"] == "NVIDIA GeForce RTX 3090" and fleet.get("a").gpu_driver
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_process_memory_and_dead_pids(state_file):
@@ -96,9 +153,12 @@ def test_process_memory_and_dead_pids(state_file):
         child.kill()
         child.wait()
     deadline = time.monotonic() + 10
-    while sampler.sample()["devices"][0]["procs"] and time.monotonic() < deadline:
+    frames = [frame]
+    while _procs_view(frames)[0] and time.monotonic() < deadline:
+        frames.append(sampler.sample())  # procs come again only when they change
         time.sleep(0.1)  # the sim re-checks a pid's liveness at most every 0.5 s
-    assert sampler.sample()["devices"][0]["procs"] == [] and child.pid not in sampler.memory_by_pid()
+    assert frames[-1]["devices"][0]["procs"] == [] and child.pid not in sampler.memory_by_pid()
+    assert "procs" not in sampler.sample()["devices"][0]  # and then not again while unchanged
 
 
 def test_not_supported_fields_are_null(state_file):
@@ -120,8 +180,10 @@ def test_older_driver_falls_back_to_v2_processes(state_file):
             },
         )
         sampler = GpuSampler(_config(state_file))
-        assert sampler.sample()["devices"][0]["procs"] == [{"pid": child.pid, "mem": 10 * MIB}]
-        assert sampler.sample()["devices"][0]["procs"] == [{"pid": child.pid, "mem": 10 * MIB}]
+        frames = [sampler.sample() for _ in range(3)]
+        assert frames[0]["devices"][0]["procs"] == [{"pid": child.pid, "mem": 10 * MIB}]
+        assert _procs_view(frames)[0] == [{"pid": child.pid, "mem": 10 * MIB}]
+        assert sampler.memory_by_pid() == {child.pid: 10 * MIB}  # still listed through the v2 fallback
     finally:
         child.kill()
         child.wait()
@@ -129,15 +191,16 @@ def test_older_driver_falls_back_to_v2_processes(state_file):
 
 def test_gpu_lost_mid_run_others_go_on(state_file, monkeypatch):
     sampler = GpuSampler(_config(state_file, gpus=3))
-    assert all(not d["lost"] for d in sampler.sample()["devices"])
+    assert all(not d["lost"] for d in sampler.sample()["devices"])  # full frame: lost is there, false
     _write(state_file, {"gpus": [{"load": 90}, {"load": 90}, {"load": 90}], "failures": {"lost": [1]}})
     calls = []
     real = nvml_sim.nvmlDeviceGetUtilizationRates
     monkeypatch.setattr(nvml_sim, "nvmlDeviceGetUtilizationRates", lambda h: calls.append(h.index) or real(h))
     frame = sampler.sample()
     d0, d1, d2 = frame["devices"]
-    assert d1["lost"] and "GPU is lost" in d1["error"] and d1["util"] is None
-    assert not d0["lost"] and not d2["lost"] and d0["util"] >= 80 and d2["util"] >= 80
+    assert set(d1) == DYNAMIC | {"procs"}  # a lost device's record is complete, even in a small frame
+    assert d1["lost"] and "GPU is lost" in d1["error"] and d1["util"] is None and d1["procs"] == []
+    assert "lost" not in d0 and "lost" not in d2 and d0["util"] >= 80 and d2["util"] >= 80
     calls.clear()
     for _ in range(3):  # not retried every sample
         assert sampler.sample()["devices"][1]["lost"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -195,3 +196,136 @@ def test_idle_processes_are_not_reread_every_sample(children):
     per_sample = (sampler.reads - before) / 3
     assert per_sample < total * 0.7, (per_sample, total)
     assert len(sleepers) == 60
+
+
+def test_task_signature_moves_with_new_processes(children):
+    before = procs_mod.task_signature()
+    assert before is not None and len(before.split()) == 2
+    children(["sleep", "300"])
+    assert procs_mod.task_signature() != before
+
+
+def test_proc_is_listed_only_when_tasks_change(children, monkeypatch):
+    signature = [b"1 100"]
+    monkeypatch.setattr(procs_mod, "task_signature", lambda: signature[0])
+    root = children(["sh", "-c", "read x; sleep 300"], stdin=subprocess.PIPE)
+    sampler = ProcSampler({"proc_root": root.pid}, backend="proc")  # the rest of the host: read every 30 s
+    sampler.sample({})
+    for _ in range(3):
+        sampler.sample({})
+    assert sampler.listings == 1  # nothing created or reaped: the known pids are enough
+    root.stdin.write(b"go\n")
+    root.stdin.flush()
+    _until(lambda: len(read_process_table({"proc_root": root.pid})) == 2)
+    assert sampler.sample({}) is None and sampler.listings == 1  # (a real loadavg would have moved)
+    signature[0] = b"2 101"
+    monkeypatch.setattr(procs_mod, "LIST_EVERY", 0.0)
+    frame = sampler.sample({})
+    assert sampler.listings == 2
+    assert [r["name"] for r in frame["upsert"]] == ["sleep"] and frame["upsert"][0]["ppid"] == root.pid
+    sampler.sample({})
+    assert sampler.listings == 3  # and at least every LIST_EVERY seconds whatever loadavg says
+
+
+def test_unchanged_stat_is_not_parsed_and_gives_zero_cpu(children, monkeypatch):
+    child = children(["sleep", "300"])
+    sampler = ProcSampler({"proc_root": child.pid}, backend="proc")
+    _until(lambda: sampler.sample({child.pid: None}) and child.pid in sampler._entries)
+    parsed = []
+    real = procs_mod._parse_stat
+    monkeypatch.setattr(procs_mod, "_parse_stat", lambda data, pid: parsed.append(pid) or real(data, pid))
+    for _ in range(3):
+        time.sleep(0.05)
+        sampler.sample({child.pid: None})  # on a GPU: read every sample
+    assert child.pid not in parsed
+    assert sampler._entries[child.pid].cpu == 0.0 and sampler._entries[child.pid].state == "S"
+
+
+def test_held_files_go_with_their_process(children, monkeypatch):
+    monkeypatch.setattr(procs_mod, "task_signature", lambda: b"1 1")  # only failed reads reveal the exit
+    root = children(["sh", "-c", "sleep 300 & wait"])
+    _until(lambda: len(read_process_table({"proc_root": root.pid})) == 2)
+    sampler = ProcSampler({"proc_root": root.pid}, backend="proc")
+    table = _apply({}, sampler.sample({}))
+    sleep_pid = next(pid for pid, r in table.items() if r["name"] == "sleep")
+    entry = sampler._entries[sleep_pid]
+    assert entry.stat_fd in sampler._reader.held and entry.wchan_fd in sampler._reader.held
+    os.kill(sleep_pid, signal.SIGKILL)  # sh reaps it; the held stat now answers ESRCH
+
+    def gone():
+        frame = sampler.sample({sleep_pid: None})
+        return frame is not None and sleep_pid in frame["gone"]
+
+    _until(gone)
+    assert entry.stat_fd == -1 and entry.wchan_fd == -1 and sleep_pid not in sampler._entries
+    listings = sampler.listings
+    sampler.sample({})
+    assert sampler.listings == listings + 1  # its pid may be in use again: /proc is listed at once
+    held = set(sampler._reader.held)
+    assert held
+    sampler.close()
+    assert not sampler._reader.held
+    for fd in held:
+        with pytest.raises(OSError):
+            os.fstat(fd)
+
+
+def test_out_of_descriptors_is_not_a_process_exit(children, monkeypatch):
+    child = children(["sleep", "300"])
+    sampler = ProcSampler({"proc_root": child.pid}, backend="proc")
+    assert child.pid in _apply({}, sampler.sample({}))
+    sampler.close()  # nothing held: every reading has to open its file
+
+    class NoFds:
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        def open(self, path, flags, *args, **kw):
+            if str(path).startswith("/proc/"):
+                raise OSError(errno.EMFILE, "Too many open files")
+            return os.open(path, flags, *args, **kw)
+
+    monkeypatch.setattr(procs_mod, "os", NoFds())
+    for _ in range(3):
+        frame = sampler.sample({child.pid: None})
+        assert frame is None or child.pid not in frame["gone"]
+    assert sampler._reader.hold_limit == 0
+    monkeypatch.undo()
+    frame = sampler.sample({child.pid: 5})
+    assert frame["upsert"][0]["pid"] == child.pid and frame["upsert"][0]["gpu_mem"] == 5
+
+
+def test_a_change_held_back_by_resend_is_sent_later(children, monkeypatch):
+    child = children(["sleep", "300"])
+    sampler = ProcSampler({"proc_root": child.pid}, backend="proc")
+    assert child.pid in _apply({}, sampler.sample({}))
+    entry = sampler._entries[child.pid]
+    # as if its last record (sent just now) and reading said 50 % cpu; the next readings say 0
+    entry.sent = dict(entry.sent, cpu=50.0)
+    entry.sent_at = time.monotonic()
+    entry.cpu = 50.0
+    entry.next_read = 0.0
+    assert sampler.sample({}) is None  # changed, but within RESEND of the last record
+    entry.next_read = 0.0
+    assert sampler.sample({}) is None and not entry.changed  # read again: nothing new since
+    monkeypatch.setattr(procs_mod, "RESEND", 0.0)
+    frame = sampler.sample({})  # not read this time, but still owed a record
+    assert [(r["pid"], r["cpu"]) for r in frame["upsert"]] == [(child.pid, 0.0)]
+    assert sampler.sample({}) is None
+
+
+def test_a_signature_that_misses_new_processes_is_not_trusted(children, monkeypatch):
+    monkeypatch.setattr(procs_mod, "task_signature", lambda: b"1 100")  # never moves, whatever happens
+    root = children(["sh", "-c", "read x; sleep 300"], stdin=subprocess.PIPE)
+    sampler = ProcSampler({"proc_root": root.pid}, backend="proc")
+    sampler.sample({})
+    root.stdin.write(b"go\n")
+    root.stdin.flush()
+    _until(lambda: len(read_process_table({"proc_root": root.pid})) == 2)
+    sampler._next_list = 0.0  # the periodic listing is due
+    frame = sampler.sample({})
+    assert [r["name"] for r in frame["upsert"]] == ["sleep"]
+    listings = sampler.listings
+    for _ in range(3):
+        sampler.sample({})
+    assert sampler.listings == listings + 3  # from now on /proc is listed every sample

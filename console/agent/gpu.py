@@ -6,8 +6,12 @@ device does not support comes back as ``None``; an error that means the device i
 marked lost while the others go on.  A machine without the driver (library not found, driver not
 loaded, pynvml not importable) is state ``no_gpu``: one frame, then at most one a minute.
 
-Frames stay small: the static fields (name, uuid, mem_total, power_limit) travel only in ``full``
-frames (the first one, every 60 s, and when a device comes back).
+Frames stay small: the static fields (name, uuid, mem_total, power_limit, and the frame's ``driver``
+and ``simulated``) travel only in ``full`` frames (the first one, every 60 s, and when a device comes
+back).  In the other frames of state ``ok`` a healthy device's record leaves out what a consumer already
+knows or can take as the default: ``lost`` (false), ``error`` (null), any field that is null, and
+``procs`` when that device's list is the same as in the previous frame (consumers keep the last one).
+A lost device's record is always complete.  Watts are rounded to 0.1 W.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ _FIELD_CODES = {
 }
 _NO_DRIVER_CODES = {9, 12}  # DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND
 _NOT_AVAILABLE = (1 << 64) - 1  # NVML_VALUE_NOT_AVAILABLE_ulonglong
+_SLIM_DROP = frozenset(("lost", "error", "procs"))  # procs is added back when it changed
 
 
 class DeviceError(Exception):
@@ -156,6 +161,7 @@ class _Device:
         self.static: Optional[Dict[str, Any]] = None
         self.unsupported: set = set()  # NVML functions that said "not supported" (until next full frame)
         self.procs: List[Dict[str, Any]] = []
+        self.sent_procs: Optional[List[Dict[str, Any]]] = None  # procs as the last frame carried them
 
 
 class GpuSampler:
@@ -274,7 +280,24 @@ class GpuSampler:
                     mem[pid] = (mem.get(pid) or 0) + used
         self._mem_by_pid = mem
         self._last_records = records
-        return self._frame(full, records)
+        if full:
+            for dev, record in zip(self.devices, records):
+                dev.sent_procs = record["procs"]
+            return self._frame(True, records)
+        slim = [self._slim(dev, record) for dev, record in zip(self.devices, records)]
+        return {"state": self.state, "full": False, "devices": slim}
+
+    @staticmethod
+    def _slim(dev: _Device, record: Dict[str, Any]) -> Dict[str, Any]:
+        """A non-full frame's record: a healthy device without lost/error, null fields, or unchanged procs."""
+        if record["lost"]:
+            dev.sent_procs = record["procs"]
+            return record
+        out = {k: v for k, v in record.items() if v is not None and k not in _SLIM_DROP}
+        procs = record["procs"]
+        if procs != dev.sent_procs:
+            out["procs"] = dev.sent_procs = procs
+        return out
 
     def last_sample(self) -> Optional[Dict[str, Any]]:
         """The latest sample as a full frame (static fields merged in), for diagnosis; no NVML calls."""

@@ -1,8 +1,9 @@
 """Log follower with ``tail -F`` semantics.
 
 Follows the configured ``logs`` plus every ``*.log`` in ``watch_dirs`` modified within
-``discover_max_age`` (directories rescanned every ``DISCOVER_EVERY`` seconds).  Per file and poll it
-sends at most one ``log`` frame with the new complete lines:
+``discover_max_age`` (directories rescanned every ``DISCOVER_EVERY`` seconds, not every poll).  A poll
+costs one ``stat`` per followed file; a file is read only when its size or inode changed (or a partial
+line is waiting).  Per file and poll it sends at most one ``log`` frame with the new complete lines:
 
 - follows by name: a new inode is ``rotated`` (the old file is drained first), a file shorter than
   what was read is ``truncated``, a file that appears is ``created``, one that disappears ``missing``;
@@ -163,6 +164,8 @@ class LogFollower:
             f.pending_event = "created"
             return frames
         ident = (st.st_dev, st.st_ino)
+        if f.fd is not None and ident == f.ident and st.st_size == f.offset and not f.partial:
+            return frames  # the common case, nothing appended: the stat was enough
         if f.fd is not None and ident != f.ident:
             frames.extend(self._read_new(f, now, None))
             f.close()

@@ -83,8 +83,8 @@ class Agent:
             return None
 
     def close(self) -> None:
-        """Release NVML and open log files."""
-        for sampler in (self.gpu, self.logs):
+        """Release NVML, open log files and the /proc files held between readings."""
+        for sampler in (self.gpu, self.logs, self.procs):
             try:
                 sampler.close()
             except Exception:

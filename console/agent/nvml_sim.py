@@ -262,13 +262,6 @@ def _gpu_count() -> int:
     return int(_scenario.get("gpus", 1))
 
 
-def _gpu_state(index: int) -> Dict[str, Any]:
-    gpus = _refresh_state().get("gpus") or []
-    if index < len(gpus) and isinstance(gpus[index], dict):
-        return gpus[index]
-    return {}
-
-
 _alive_cache: Dict[int, tuple] = {}
 _ALIVE_TTL = 0.5
 
@@ -287,9 +280,13 @@ def _pid_alive(pid: int) -> bool:
 
 def _pid_alive_now(pid: int) -> bool:
     try:
-        with open("/proc/%d/stat" % pid, "rb") as fh:
-            data = fh.read()
-        return data[data.rfind(b")") + 2 : data.rfind(b")") + 3] not in (b"Z", b"X")
+        fd = os.open("/proc/%d/stat" % pid, os.O_RDONLY)
+        try:
+            data = os.read(fd, 4096)
+        finally:
+            os.close(fd)
+        right = data.rfind(b")")
+        return data[right + 2 : right + 3] not in (b"Z", b"X")
     except OSError:
         pass
     try:
@@ -303,6 +300,26 @@ def _pid_alive_now(pid: int) -> bool:
     return not os.path.isdir("/proc") or os.path.exists("/proc/%d" % pid)
 
 
+_derived: Optional[tuple] = None  # (state, lost, unknown, [(gpu, unsupported)...]) for the current state
+
+
+def _derive(state: Dict[str, Any]) -> tuple:
+    """What ``_check`` needs from one state, worked out once per state (re)load."""
+    global _derived
+    derived = _derived
+    if derived is not None and derived[0] is state:
+        return derived
+    fail = _failures(state)
+    common = set(fail.get("not_supported") or [])
+    per_gpu = []
+    for gpu in state.get("gpus") or []:
+        gpu = gpu if isinstance(gpu, dict) else {}
+        per_gpu.append((gpu, frozenset(common | set(gpu.get("not_supported") or []))))
+    derived = (state, set(fail.get("lost") or []), set(fail.get("unknown") or []), per_gpu, frozenset(common))
+    _derived = derived
+    return derived
+
+
 def _check(handle: Any, field: Optional[str] = None) -> Dict[str, Any]:
     """Raise what the real library would for this device/field; return the GPU's state."""
     with _lock:
@@ -311,17 +328,16 @@ def _check(handle: Any, field: Optional[str] = None) -> Dict[str, Any]:
         index = handle.index if isinstance(handle, _SimDevice) else -1
         if not 0 <= index < _gpu_count():
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-        state = _refresh_state()
-        fail = _failures(state)
-        if index in (fail.get("lost") or []):
+        _, lost, unknown, per_gpu, common = _derive(_refresh_state())
+        if index in lost:
             raise NVMLError(NVML_ERROR_GPU_IS_LOST)
-        if index in (fail.get("unknown") or []):
+        if index in unknown:
             raise NVMLError(NVML_ERROR_UNKNOWN)
-        gpu = _gpu_state(index)
-        if field is not None:
-            unsupported = set(fail.get("not_supported") or []) | set(gpu.get("not_supported") or [])
-            if field in unsupported or (field in ("sm_clock", "mem_clock") and "clocks" in unsupported):
-                raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        gpu, unsupported = per_gpu[index] if index < len(per_gpu) else ({}, common)
+        if field is not None and (
+            field in unsupported or (field in ("sm_clock", "mem_clock") and "clocks" in unsupported)
+        ):
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         return gpu
 
 

@@ -3,14 +3,29 @@
 Backends: psutil when importable (``uses_psutil``), else a plain ``/proc`` reader; force one with
 ``ProcSampler(config, backend="proc")`` or config ``"proc_backend": "proc" | "psutil" | "auto"``.
 On Linux both read the per-sample fields (state, ppid, cpu ticks, rss) from ``/proc/PID/stat`` with
-one ``os.read`` - the file psutil parses too, at a sixth of psutil's per-call cost - and take the
-static fields (name, cmdline, start) once per (pid, start time): from psutil when it is there.
-Without ``/proc`` (not Linux) psutil does everything.
+one read - the file psutil parses too, at a sixth of psutil's per-call cost (psutil's ``oneshot()`` of
+ppid/status/cpu_times/create_time/memory_info is ~85 us a process) - and take the static fields
+(name, cmdline, start) once per (pid, start time): from psutil when it is there.  Without ``/proc``
+(not Linux) psutil does everything.
 
 Cost: a process is re-read every sample while it is "hot" (used CPU in its last reading, is running
 or in disk sleep, is new, holds GPU memory, or its parent just exited); an idle sleeping process is
 re-read about every ``COLD_PERIOD`` seconds (staggered), so 500 idle ``sleep`` processes cost ~100
-stat reads a sample instead of 500.  Kernel threads are left out.
+stat reads a sample instead of 500.  Kernel threads are left out (and read every ``OUTSIDE_PERIOD``).
+What one sample costs on top of, and inside, those reads:
+
+- ``/proc`` is listed only when ``/proc/loadavg`` says a task was created or reaped since the last
+  listing (its thread count and last pid; see ``task_signature``), when a reading found a process gone,
+  and at least every ``LIST_EVERY`` seconds whatever it says (a listing costs ~1 ms per 600 processes at
+  1 Hz); should such a listing find a new process that the signature missed, /proc is listed every
+  sample from then on;
+- ``stat`` and ``wchan`` of up to ``HOLD_FDS / 2`` processes stay open and are re-read with ``pread``
+  (see ``_Reader``); a ``stat`` byte-identical to the previous reading of that process is not parsed;
+- ``wchan`` is read again only when the state letter changed or the cached one is ``WCHAN_MAX_AGE``
+  seconds old: every cold reading, every third sample for a hot sleeping process, never while running;
+- name and cmdline are read only when the process is new or exec'd (comm or start time changed);
+- only processes whose reading changed a record field, that are on a GPU, or that have a change held
+  back by ``RESEND`` are compared with the record last sent; a record is built only to be sent.
 
 ``cpu`` is percent of one core over the time between two readings of that process (the first
 reading gives the average over the process's lifetime).  In change frames a process is re-sent at once
@@ -21,6 +36,7 @@ once per ``RESEND`` seconds (a busy process would otherwise cost a record every 
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import time
@@ -40,6 +56,9 @@ PF_KTHREAD = 0x00200000
 CPU_STEP = 1.0
 RSS_STEP = 1024 * 1024
 RESEND = 5.0  # cpu/rss/wchan-only changes (and R<->S flips) of one process: at most one upsert per RESEND s
+LIST_EVERY = 30.0  # /proc is listed at least this often even when /proc/loadavg says nothing changed
+WCHAN_MAX_AGE = 2.5  # seconds a process's wchan is reused while its state letter stays the same
+HOLD_FDS = 1024  # /proc/PID/{stat,wchan} files kept open between readings (at most a quarter of RLIMIT_NOFILE)
 
 _PSUTIL_STATES = {
     "running": "R",
@@ -87,11 +106,25 @@ def boot_time() -> float:
     return 0.0
 
 
+def _hold_limit() -> int:
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except Exception:  # no resource module, or no limit to read
+        return 0
+    if soft == resource.RLIM_INFINITY or soft < 0:
+        soft = 1 << 20
+    return max(0, min(HOLD_FDS, soft // 4))
+
+
 def read_stat(pid: int) -> Optional[Tuple[str, str, int, int, int, float, int, int]]:
     """(comm, state, ppid, flags, cpu_ticks, start_ticks, rss_bytes, pid) from /proc/PID/stat."""
     data = _read_bytes("%s/%d/stat" % (PROC, pid))
-    if not data:
-        return None
+    return _parse_stat(data, pid) if data else None
+
+
+def _parse_stat(data: bytes, pid: int) -> Optional[Tuple[str, str, int, int, int, float, int, int]]:
     right = data.rfind(b")")
     fields = data[right + 2 :].split()
     try:
@@ -107,6 +140,23 @@ def read_stat(pid: int) -> Optional[Tuple[str, str, int, int, int, float, int, i
         )
     except (IndexError, ValueError):
         return None
+
+
+def task_signature() -> Optional[bytes]:
+    """``nr_threads last_pid`` from /proc/loadavg; None when unreadable.
+
+    Unchanged between two readings means no task was created in this pid namespace (a new pid would
+    change last_pid) and, then, none was reaped either (nr_threads would drop): the set of processes is
+    the same, so ``/proc`` need not be listed again.  Tasks created in another namespace while ours
+    exit could cancel out in nr_threads; the periodic listing and the failed reads of the dead cover it.
+    """
+    data = _read_bytes(PROC + "/loadavg", 128)
+    if not data:
+        return None
+    parts = data.split()
+    if len(parts) < 5 or b"/" not in parts[3]:
+        return None
+    return parts[3].partition(b"/")[2] + b" " + parts[4]
 
 
 def read_wchan(pid: int) -> Optional[str]:
@@ -146,6 +196,7 @@ def _list_pids() -> List[int]:
 
 class _Entry:
     __slots__ = (
+        "changed",
         "cmdline",
         "comm",
         "cpu",
@@ -155,15 +206,21 @@ class _Entry:
         "next_read",
         "pid",
         "ppid",
+        "raw",
         "read_at",
         "rss",
         "sent",
         "sent_at",
         "start",
         "start_ticks",
+        "stat_fd",
+        "stat_path",
         "state",
         "ticks",
         "wchan",
+        "wchan_at",
+        "wchan_fd",
+        "wchan_path",
     )
 
     def __init__(self, pid: int) -> None:
@@ -185,6 +242,12 @@ class _Entry:
         self.kthread = False
         self.sent: Optional[Dict[str, Any]] = None
         self.sent_at = 0.0
+        self.raw = b""  # the last /proc/PID/stat read
+        self.wchan_at = -1e9
+        self.stat_path = "%s/%d/stat" % (PROC, pid)
+        self.wchan_path = "%s/%d/wchan" % (PROC, pid)
+        self.stat_fd = self.wchan_fd = -1  # held open by the reader (-1: opened and closed per reading)
+        self.changed = True  # the last reading changed something a record carries
 
     def record(self, gpu_mem: Optional[int]) -> Dict[str, Any]:
         return {
@@ -201,21 +264,118 @@ class _Entry:
         }
 
 
-class _Reader:
-    """Reads one process into an _Entry; static fields once per (pid, start)."""
+class Starved(Exception):
+    """Out of file descriptors (EMFILE/ENFILE) while reading a process: try it again later."""
 
-    def __init__(self, backend: str) -> None:
+
+class _Reader:
+    """Reads one process into an _Entry; static fields once per (pid, start).
+
+    ``/proc/PID/stat`` and ``wchan`` of up to ``hold_limit / 2`` processes stay open between readings and
+    are read again with ``pread`` at offset 0 (the kernel regenerates them): about half the cost of
+    open + read + close, for ~4 KB of kernel memory per open file (its seq_file buffer).  A held file
+    belongs to that process, not to its pid number: once the process is reaped the read fails (ESRCH),
+    also when the pid is in use again, and the entry is dropped like any process that went away.
+    """
+
+    def __init__(self, backend: str, hold_limit: Optional[int] = None) -> None:
         self.use_psutil = backend == "psutil"
         self.have_proc = os.path.isdir(PROC + "/self")
         self.btime = boot_time()
+        self.hold_limit = _hold_limit() if hold_limit is None else hold_limit
+        self.held: set = set()
+
+    def _read(self, fd: int, path: str, size: int) -> Tuple[int, Optional[bytes]]:
+        """(the fd to keep, or -1; the file's bytes, or None when unreadable / the process is gone).
+
+        Raises ``Starved`` when out of file descriptors: that says nothing about the process.
+        """
+        if fd >= 0:
+            try:
+                return fd, os.pread(fd, size, 0)
+            except OSError:
+                return fd, None
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                self.hold_limit = len(self.held) // 2  # the sampler releases files down to it (``trim``)
+                raise Starved() from None
+            return -1, None
+        try:
+            data = os.pread(fd, size, 0)
+        except OSError:
+            os.close(fd)
+            return -1, None
+        if len(self.held) < self.hold_limit:
+            self.held.add(fd)
+            return fd, data
+        os.close(fd)
+        return -1, data
+
+    def release(self, entry: _Entry) -> None:
+        """Close the files held for ``entry`` (it went away, or is not read often enough to hold them)."""
+        for fd in (entry.stat_fd, entry.wchan_fd):
+            if fd >= 0:
+                self.held.discard(fd)
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        entry.stat_fd = entry.wchan_fd = -1
+
+    def trim(self, entries: Iterable[_Entry]) -> None:
+        """Release held files until at most ``hold_limit`` remain."""
+        for entry in entries:
+            if len(self.held) <= self.hold_limit:
+                return
+            self.release(entry)
+
+    def close(self) -> None:
+        held, self.held = self.held, set()
+        for fd in held:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the process exit closes them anyway
+            pass
 
     def read(self, entry: _Entry, now: float, wall: float, with_cpu: bool = True) -> bool:
         """Refresh ``entry``; False when the process is gone."""
         if not self.have_proc:
             return self._read_psutil(entry, now, wall, with_cpu)
-        st = read_stat(entry.pid)
+        fd = entry.stat_fd
+        if fd >= 0:  # the common case, inline
+            try:
+                data: Optional[bytes] = os.pread(fd, 4096, 0)
+            except OSError:
+                return False
+        else:
+            entry.stat_fd, data = self._read(fd, entry.stat_path, 4096)
+        if not data:
+            return False
+        if data == entry.raw:  # nothing in stat changed: same process, state, parent, cpu ticks and rss
+            cpu, wchan = entry.cpu, entry.wchan
+            if with_cpu:
+                if entry.read_at > 0.0 and now > entry.read_at:
+                    entry.cpu = 0.0  # no tick since the last reading
+                else:
+                    self._cpu(entry, entry.ticks, now, wall)
+            entry.read_at = now
+            if entry.state != "R" and not entry.kthread and now - entry.wchan_at >= WCHAN_MAX_AGE:
+                self._wchan(entry, now, False)
+            entry.changed = entry.cpu != cpu or entry.wchan != wchan
+            return True
+        entry.changed = True
+        st = _parse_stat(data, entry.pid)
         if st is None:
             return False
+        entry.raw = data
         comm, state, ppid, flags, ticks, start_ticks, rss, _ = st
         if comm != entry.comm and start_ticks == entry.start_ticks:  # exec'd: new name and cmdline
             entry.comm = comm
@@ -228,14 +388,36 @@ class _Reader:
             entry.cpu = None
             entry.read_at = 0.0
             entry.first_seen = now
+            entry.wchan_at = -1e9
+            if entry.kthread:
+                self.release(entry)  # read every OUTSIDE_PERIOD only: not worth a held file
             self._static(entry, comm)
+        state_changed = state != entry.state
         entry.ppid, entry.state, entry.rss = ppid, state, rss
+        seconds = ticks / CLK_TCK
         if with_cpu:
-            self._cpu(entry, ticks / CLK_TCK, now, wall)
-        entry.ticks = ticks / CLK_TCK
+            self._cpu(entry, seconds, now, wall)
+        entry.ticks = seconds
         entry.read_at = now
-        entry.wchan = None if state == "R" or entry.kthread else read_wchan(entry.pid)
+        self._wchan(entry, now, state_changed)
         return True
+
+    def _wchan(self, entry: _Entry, now: float, state_changed: bool) -> None:
+        """Read wchan unless running / a kernel thread, or the cached one is recent and the state the same."""
+        if entry.state == "R" or entry.kthread:
+            entry.wchan = None
+        elif state_changed or now - entry.wchan_at >= WCHAN_MAX_AGE:
+            fd = entry.wchan_fd
+            if fd >= 0:
+                try:
+                    data: Optional[bytes] = os.pread(fd, 256, 0)
+                except OSError:
+                    data = None
+            else:
+                entry.wchan_fd, data = self._read(fd, entry.wchan_path, 256)
+            text = data.strip().decode("ascii", "replace") if data else ""
+            entry.wchan = None if text in ("", "0") else text
+            entry.wchan_at = now
 
     def _static(self, entry: _Entry, comm: str) -> None:
         if entry.kthread:
@@ -293,6 +475,7 @@ class _Reader:
         entry.ticks = seconds
         entry.read_at = now
         entry.wchan = None
+        entry.changed = True
         return True
 
 
@@ -319,24 +502,27 @@ def _subtree(entries: Iterable[_Entry], root: int) -> set:
     return out
 
 
-def _structural(old: Dict[str, Any], new: Dict[str, Any]) -> bool:
+def _structural(old: Dict[str, Any], e: _Entry, gpu_mem: Optional[int]) -> bool:
     """A change sent at once: identity, parent, GPU memory, or a state beyond running/sleeping."""
-    for key in ("ppid", "name", "cmdline", "start", "gpu_mem"):
-        if old[key] != new[key]:
-            return True
-    return old["state"] != new["state"] and not (old["state"] in "RS" and new["state"] in "RS")
-
-
-def _changed(old: Optional[Dict[str, Any]], new: Dict[str, Any]) -> bool:
-    if old is None:
+    if (
+        old["ppid"] != e.ppid
+        or old["start"] != e.start
+        or old["gpu_mem"] != gpu_mem
+        or old["name"] != e.name
+        or old["cmdline"] != e.cmdline
+    ):
         return True
-    for key in ("ppid", "name", "cmdline", "state", "wchan", "start", "gpu_mem"):
-        if old[key] != new[key]:
-            return True
-    oc, nc = old["cpu"] or 0.0, new["cpu"] or 0.0
+    return old["state"] != e.state and not (old["state"] in "RS" and e.state in "RS")
+
+
+def _changed(old: Dict[str, Any], e: _Entry) -> bool:
+    """Any change worth a record once RESEND has passed (identity and GPU memory are checked before)."""
+    if old["state"] != e.state or old["wchan"] != e.wchan:
+        return True
+    oc, nc = old["cpu"] or 0.0, e.cpu or 0.0
     if (oc == 0.0) != (nc == 0.0) or abs(oc - nc) >= CPU_STEP:
         return True
-    return abs(old["rss"] - new["rss"]) > max(RSS_STEP, old["rss"] * 0.05)
+    return abs(old["rss"] - e.rss) > max(RSS_STEP, old["rss"] * 0.05)
 
 
 class ProcSampler:
@@ -352,55 +538,124 @@ class ProcSampler:
         self._entries: Dict[int, _Entry] = {}
         self._sent_pids: set = set()
         self._gpu_pids: set = set()
+        self._visible: set = set()
+        self._keep: set = set()  # proc_root's subtree (pids)
+        self._pending: set = set()  # changed, but sent less than RESEND seconds ago: looked at again each sample
+        self._members_changed = True  # entries came or went (or, under proc_root, a parent changed)
+        self._task_sig: Optional[bytes] = None
+        self._trust_sig = True
+        self._next_list = 0.0
         self._full = True
         self._primed = False
-        self._rand = random.Random(os.getpid())
+        self._random = random.Random(os.getpid()).random
         self.reads = 0  # stat reads done (for benchmarks and tests)
+        self.listings = 0  # listings of /proc done (for benchmarks and tests)
 
     def reset(self) -> None:
         """Send the whole tree again on the next sample."""
         self._full = True
 
+    def close(self) -> None:
+        """Close the /proc files held open between readings."""
+        self._reader.close()
+        for e in self._entries.values():
+            e.stat_fd = e.wchan_fd = -1
+
+    def _list(self, now: float) -> int:
+        """List /proc: new pids get an entry (read this sample), vanished ones are dropped; -> new pids."""
+        self.listings += 1
+        self._next_list = now + LIST_EVERY
+        entries = self._entries
+        live = _list_pids()
+        live_set = set(live)
+        dead = [p for p in entries if p not in live_set]
+        release = self._reader.release
+        for pid in dead:
+            release(entries.pop(pid))
+        self._orphans(dead)
+        new = 0
+        for pid in live:
+            if pid not in entries:
+                entries[pid] = _Entry(pid)
+                new += 1
+        if new:
+            self._members_changed = True
+        return new
+
+    def _orphans(self, dead: List[int]) -> None:
+        if not dead:
+            return
+        self._members_changed = True
+        dead_set = set(dead)
+        for e in self._entries.values():  # orphans get reparented: read them now
+            if e.ppid in dead_set:
+                e.next_read = 0.0
+
     def sample(self, gpu_mem_by_pid: Optional[Dict[int, Any]] = None) -> Optional[Dict[str, Any]]:
         gpu_mem = gpu_mem_by_pid or {}
         now, wall = time.monotonic(), time.time()
-        live = _list_pids()
+        sig = task_signature() if self._reader.have_proc and self._trust_sig else None
+        if sig is None or sig != self._task_sig or now >= self._next_list:
+            unchanged = sig is not None and sig == self._task_sig and self._primed
+            self._task_sig = sig  # read before listing: a change after it shows at the next sample
+            if self._list(now) and unchanged and task_signature() == sig:
+                self._trust_sig = False  # a new process the signature did not show: list every sample
         entries = self._entries
-        live_set = set(live)
-        touched: set = set()
-        dead = [p for p in entries if p not in live_set]
-        for pid in dead:
-            del entries[pid]
-        if dead:
-            dead_set = set(dead)
-            for e in entries.values():  # orphans get reparented: read them now
-                if e.ppid in dead_set:
-                    e.next_read = 0.0
-        for pid in live:
-            entry = entries.get(pid)
-            if entry is None:
-                entry = _Entry(pid)
-                entries[pid] = entry
-            elif now < entry.next_read and pid not in gpu_mem:
+        read = self._reader.read
+        touched: List[int] = []  # read, and something a record carries changed
+        read_pids: List[int] = []  # read (kept under proc_root only)
+        dead: List[int] = []
+        track_parents = self.root is not None
+        primed = self._primed
+        for entry in list(entries.values()):
+            pid = entry.pid
+            if now < entry.next_read and pid not in gpu_mem:
                 continue
             self.reads += 1
-            touched.add(pid)
-            if not self._reader.read(entry, now, wall):
-                entries.pop(pid, None)
+            ppid, kthread = entry.ppid, entry.kthread
+            try:
+                alive = read(entry, now, wall)
+            except Starved:
+                continue  # unknown this time; read again at the next sample
+            if not alive:
+                self._reader.release(entries.pop(pid))
+                dead.append(pid)
+                self._next_list = 0.0  # list at the next sample: its pid may be in use again already
                 continue
-            if not self._primed:
+            if entry.changed:
+                touched.append(pid)
+            if track_parents:
+                read_pids.append(pid)
+                if entry.ppid != ppid:
+                    self._members_changed = True
+            if entry.kthread != kthread:
+                self._members_changed = True
+            if not primed:
                 entry.first_seen = -1e9  # already there when we started: not "new"
             entry.next_read = self._next_read(entry, now)
+        self._orphans(dead)  # read at the next sample
         self._primed = True
-        if self.root is not None:
-            keep = _subtree(entries.values(), self.root)
-            for e in entries.values():
-                if e.pid not in keep and e.next_read < now + OUTSIDE_PERIOD:
-                    e.next_read = now + OUTSIDE_PERIOD
-            visible = {pid for pid in keep if pid in entries and not entries[pid].kthread}
-        else:
-            visible = {pid for pid, e in entries.items() if not e.kthread}
-        return self._frame(visible, touched, gpu_mem, now)
+        members_changed = self._members_changed
+        if members_changed:
+            self._members_changed = False
+            if self.root is not None:
+                self._keep = keep = _subtree(entries.values(), self.root)
+                for e in entries.values():
+                    if e.pid not in keep and e.next_read < now + OUTSIDE_PERIOD:
+                        e.next_read = now + OUTSIDE_PERIOD
+                        self._reader.release(e)  # read every OUTSIDE_PERIOD: not worth held files
+                self._visible = {pid for pid in keep if pid in entries and not entries[pid].kthread}
+            else:
+                self._visible = {pid for pid, e in entries.items() if not e.kthread}
+        elif track_parents:
+            keep = self._keep
+            for pid in read_pids:  # outside proc_root's subtree: only for ppid changes and pid reuse
+                if pid not in keep:
+                    entries[pid].next_read = now + OUTSIDE_PERIOD
+                    self._reader.release(entries[pid])
+        if len(self._reader.held) > self._reader.hold_limit:  # short of descriptors (EMFILE) at some point
+            self._reader.trim(list(entries.values()))
+        return self._frame(self._visible, touched, gpu_mem, now, members_changed)
 
     def _next_read(self, e: _Entry, now: float) -> float:
         if e.kthread:
@@ -408,9 +663,11 @@ class ProcSampler:
         hot = (e.cpu or 0.0) > 0.0 or e.state in ("R", "D") or now - e.first_seen < HOT_NEW
         if hot:
             return 0.0
-        return now + COLD_PERIOD * self._rand.uniform(0.6, 1.4)
+        return now + COLD_PERIOD * (0.6 + 0.8 * self._random())  # staggered over 0.6-1.4 periods
 
-    def _frame(self, visible: set, touched: set, gpu_mem: Dict[int, Any], now: float) -> Optional[Dict[str, Any]]:
+    def _frame(
+        self, visible: set, touched: List[int], gpu_mem: Dict[int, Any], now: float, members_changed: bool
+    ) -> Optional[Dict[str, Any]]:
         entries = self._entries
         if self._full:
             self._full = False
@@ -420,22 +677,38 @@ class ProcSampler:
                 e.sent, e.sent_at = e.record(gpu_mem.get(pid)), now
                 records.append(e.sent)
             self._sent_pids = set(visible)
-            self._gpu_pids = {pid for pid in visible if gpu_mem.get(pid) is not None}
+            self._gpu_pids = {pid for pid, mem in gpu_mem.items() if mem is not None and pid in visible}
+            self._pending = set()
             return {"full": True, "procs": records}
-        candidates = ((touched | set(gpu_mem) | self._gpu_pids) & visible) | (visible - self._sent_pids)
+        candidates = set(touched)
+        candidates.update(gpu_mem)
+        candidates.update(self._gpu_pids)
+        candidates.update(self._pending)
+        candidates &= visible
+        sent_pids = self._sent_pids
+        if members_changed:
+            candidates |= visible - sent_pids
         upsert = []
+        pending = set()
         for pid in sorted(candidates):
             e = entries[pid]
-            rec = e.record(gpu_mem.get(pid))
-            if e.sent is None or pid not in self._sent_pids or _structural(e.sent, rec):
+            mem = gpu_mem.get(pid)
+            old = e.sent
+            if old is None or pid not in sent_pids or _structural(old, e, mem):
                 pass
-            elif now - e.sent_at < RESEND or not _changed(e.sent, rec):
+            elif not _changed(old, e):
                 continue
-            e.sent, e.sent_at = rec, now
-            upsert.append(rec)
-        gone = sorted(self._sent_pids - visible)
-        self._sent_pids = set(visible)
-        self._gpu_pids = {pid for pid in visible if gpu_mem.get(pid) is not None}
+            elif now - e.sent_at < RESEND:
+                pending.add(pid)  # unread processes are not candidates: remember to send it later
+                continue
+            e.sent, e.sent_at = e.record(mem), now
+            upsert.append(e.sent)
+        self._pending = pending
+        gone: List[int] = []
+        if members_changed:
+            gone = sorted(sent_pids - visible)
+            self._sent_pids = set(visible)
+        self._gpu_pids = {pid for pid, mem in gpu_mem.items() if mem is not None and pid in visible}
         if not upsert and not gone:
             return None
         return {"full": False, "upsert": upsert, "gone": gone}
@@ -446,13 +719,16 @@ def read_process_table(config: Dict[str, Any], backend: Optional[str] = None) ->
 
     Honors ``proc_root``; kernel threads are left out.  GPU memory is not known here (``gpu_mem`` None).
     """
-    reader = _Reader(_choose_backend(config, backend))
+    reader = _Reader(_choose_backend(config, backend), hold_limit=0)  # one reading each: nothing to hold
     now, wall = time.monotonic(), time.time()
     entries: Dict[int, _Entry] = {}
     for pid in _list_pids():
         entry = _Entry(pid)
-        if reader.read(entry, now, wall, with_cpu=False):
-            entries[pid] = entry
+        try:
+            if reader.read(entry, now, wall, with_cpu=False):
+                entries[pid] = entry
+        except Starved:
+            continue
     root = config.get("proc_root")
     keep = _subtree(entries.values(), int(root)) if root not in (None, "") else None
     out = []

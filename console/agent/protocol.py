@@ -22,9 +22,12 @@ class ProtocolError(ValueError):
     """A line that is not a valid frame or request."""
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # one, not one per frame
+
+
 def encode(frame: Dict[str, Any]) -> bytes:
     """One frame as one compact JSON line."""
-    return (json.dumps(frame, separators=(",", ":"), ensure_ascii=False) + "\n").encode("utf-8")
+    return (_ENCODER.encode(frame) + "\n").encode("utf-8")
 
 
 def decode(line: bytes | str) -> Dict[str, Any]:
