@@ -17,6 +17,7 @@ from typing import Any, Iterable, List, Optional
 from rich.text import Text
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
+from textual.notifications import Notify
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
@@ -34,6 +35,7 @@ FRAME_INTERVAL = 0.25  # seconds between repaints (4 Hz)
 TICK_INTERVAL = 1.0  # seconds between re-derivations of time-based states (stale, idle)
 DEMO_BANNER = "DEMO fleet — simulated GPUs"
 MAX_NOTIFY_EVENTS = 4
+SMALL_SCREEN_ROWS = 40  # below this many rows only the newest notification is shown
 
 
 class FleetApp(App):
@@ -80,6 +82,14 @@ class FleetApp(App):
     def notify(self, message: str, *, title: str = "", severity: str = "information", **kwargs: Any) -> None:
         self.notices.append((severity, title, message))
         super().notify(message, title=title, severity=severity, **kwargs)  # type: ignore[arg-type]
+
+    def _on_notify(self, event: Notify) -> None:
+        """In a tmux panel a stack of toasts would hide the grid: there only the newest is shown.
+
+        Runs before Textual's own handler (which adds the new notification), so it drops the older ones.
+        """
+        if self.size.height < SMALL_SCREEN_ROWS:
+            self._notifications.clear()
 
     # -- layout --------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:

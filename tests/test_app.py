@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from textual.widgets._toast import Toast, ToastRack
 
 from console.app import DEMO_BANNER, FleetApp
 from console.audit import AuditLog
@@ -392,3 +393,17 @@ async def test_quit_stops_the_agents(tmp_path: Path) -> None:
         await asyncio.sleep(0.1)
     else:
         raise AssertionError("agent still running after quit")
+
+
+@pytest.mark.parametrize(("size", "shown"), [((80, 24), 1), ((200, 60), 3)])
+async def test_a_small_terminal_shows_only_the_newest_notification(tmp_path: Path, size, shown: int) -> None:
+    app = make_app(tmp_path)
+    async with app.run_test(size=size, notifications=True) as pilot:
+        await pilot.pause(0.2)
+        app.clear_notifications()
+        for n in range(3):
+            app.notify("notice %d" % n, timeout=30)
+        await pilot.pause(0.3)
+        toasts = list(app.screen.query_one(ToastRack).query(Toast))
+        assert len(toasts) == shown
+        assert "notice 2" in screen_text(app)
