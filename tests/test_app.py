@@ -407,3 +407,19 @@ async def test_a_small_terminal_shows_only_the_newest_notification(tmp_path: Pat
         toasts = list(app.screen.query_one(ToastRack).query(Toast))
         assert len(toasts) == shown
         assert "notice 2" in screen_text(app)
+
+
+async def test_order_holds_while_the_operator_moves_then_trouble_sorts_first(tmp_path: Path) -> None:
+    app = make_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="live agents")
+        grid = app.query_one(FleetGrid)
+        await pilot.pause(0.5)
+        before = grid.visible_names
+        await pilot.press("home", "down")  # the operator is moving: panes must not jump under the cursor
+        last = before[-1]
+        app.state.set_link_status(last, "auth_failed", "permission denied")
+        await pilot.pause(0.6)
+        assert grid.visible_names == before and grid.cursor_name == before[1]
+        await wait_until(pilot, lambda: grid.visible_names[0] == last, timeout=5, what="the failing host sorted first")
+        assert grid.cursor_name == before[1]  # the cursor follows its instance, not its position

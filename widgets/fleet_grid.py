@@ -50,6 +50,7 @@ FULL_MIN_W = 50  # boxed pane
 FULL_MIN_HEIGHT = 36  # below this many rows the grid goes compact
 MAX_GPU_LINES = 8
 PANE_BUDGET = 6  # visible panes re-rendered per frame at most
+ORDER_HOLD = 2.0  # seconds the order holds after a key moves or selects, so panes do not jump under the cursor
 
 
 def badge_text(inst: InstanceState, now: float) -> str:
@@ -152,6 +153,7 @@ class FleetGrid(ScrollView, can_focus=True):
         self._shown: Dict[str, int] = {}  # instance version each pane shows (repaint budget)
         self._pending: Set[str] = set()
         self._order_version = -1
+        self._hold_order_until = 0.0
         self._palette: Optional[Palette] = None
         self._laid_width = -1
         self._laid_height = -1
@@ -191,8 +193,13 @@ class FleetGrid(ScrollView, can_focus=True):
         width = self.scrollable_content_region.width or self.size.width
         height = self.size.height
         self._laid_width, self._laid_height = width, height
-        self._order_version = self.state.order_version
         items = self.state.ordered(self.query_text)
+        if time.monotonic() < self._hold_order_until and self._names:
+            # a resize or a new pane while the operator moves: keep the panes where they were for now
+            place = {name: i for i, name in enumerate(self._names)}
+            items.sort(key=lambda inst: place.get(inst.name, len(place)))
+        else:
+            self._order_version = self.state.order_version
         self.compact = height < FULL_MIN_HEIGHT or width < 2 * FULL_MIN_W
         min_w = COMPACT_MIN_W if self.compact else FULL_MIN_W
         self.columns = max(1, width // min_w) if width > 0 else 1
@@ -226,8 +233,9 @@ class FleetGrid(ScrollView, can_focus=True):
     def update_from_state(self, dirty: Set[str]) -> None:
         """Called at the app's frame rate with the names changed since the last call."""
         width = self.scrollable_content_region.width or self.size.width
+        reorder = self._order_version != self.state.order_version and time.monotonic() >= self._hold_order_until
         if (
-            self._order_version != self.state.order_version
+            reorder
             or width != self._laid_width
             or self.size.height != self._laid_height
         ):
@@ -502,6 +510,7 @@ class FleetGrid(ScrollView, can_focus=True):
 
     # -- cursor / selection / mouse ------------------------------------------------------------------
     def _move_to(self, name: Optional[str]) -> None:
+        self._hold_order_until = time.monotonic() + ORDER_HOLD
         if name is None or name == self.cursor_name:
             return
         old = self.cursor_name
@@ -556,6 +565,7 @@ class FleetGrid(ScrollView, can_focus=True):
         name = self.cursor_name
         if not name:
             return
+        self._hold_order_until = time.monotonic() + ORDER_HOLD
         if name in self.selected:
             self.selected.discard(name)
         else:
