@@ -243,6 +243,8 @@ def test_unchanged_stat_is_not_parsed_and_gives_zero_cpu(children, monkeypatch):
 
 def test_held_files_go_with_their_process(children, monkeypatch):
     monkeypatch.setattr(procs_mod, "task_signature", lambda: b"1 1")  # only failed reads reveal the exit
+    # files are held first come, first served: room for every process on a busy host, so ours get some
+    monkeypatch.setattr(procs_mod, "_hold_limit", lambda: 1 << 16)
     root = children(["sh", "-c", "sleep 300 & wait"])
     _until(lambda: len(read_process_table({"proc_root": root.pid})) == 2)
     sampler = ProcSampler({"proc_root": root.pid}, backend="proc")
