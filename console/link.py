@@ -3,6 +3,9 @@
 `SshLink` reaches an instance over asyncssh (host keys checked against known_hosts), uploads the
 agent zipapp once (named by its hash) and runs it; `LocalLink` runs the agent as a local subprocess.
 Both reconnect with jittered exponential backoff; a failing host only ever affects its own link.
+A host without a usable python3 (missing, or older than 3.8) gets an agentless session instead: the
+link polls nvidia-smi, /proc (or ps) and the configured logs over exec channels of the same connection
+and synthesizes the agent's frames (`console.agentless`).
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from typing import Any, Protocol
 
 import asyncssh
 
+from console import agentless
 from console.agent import config as agent_config
-from console.agent.protocol import PROTOCOL_VERSION, ProtocolError, decode_frame, encode
+from console.agent.protocol import PROTOCOL_VERSION, ProtocolError, decode_frame, decode_request, encode
 from console.bundle import agent_bundle
 from console.inventory import Instance
 
@@ -172,8 +176,9 @@ class AgentLink:
             raise SessionFailed("agent_failed", f"agent speaks protocol {hello.get('v')}, need {PROTOCOL_VERSION}")
         self._deliver(hello)
         self.backoff.reset()
-        self._set_status("connected", f"agent {hello.get('agent_version')} pid {hello.get('pid')}")
-        while True:
+        detail = getattr(self._session, "status_detail", None)  # an agentless session says why it is one
+        self._set_status("connected", detail or f"agent {hello.get('agent_version')} pid {hello.get('pid')}")
+        while not self._stopping:  # also ends a session whose cancellation got lost (wait_for with a ready line)
             line = await self._read_line(SILENCE_TIMEOUT, f"agent silent for {SILENCE_TIMEOUT:.0f} s")
             frame = self._parse(line)
             if frame is not None:
@@ -308,6 +313,235 @@ def _reason(exc: BaseException) -> str:
     return getattr(exc, "reason", None) or str(exc) or type(exc).__name__
 
 
+@dataclass
+class _RawResult:
+    exit_status: int | None
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool = False
+
+
+async def _exec(conn: asyncssh.SSHClientConnection, command: str, timeout: float) -> _RawResult:
+    """Run ``command`` under ``/bin/sh -c`` on its own exec channel of ``conn``, output as bytes.
+
+    The remote side enforces the limit too (coreutils timeout when present), so a command that hangs does
+    not outlive its channel; locally the channel is closed when the limit passes. Channel and connection
+    errors (asyncssh.Error, OSError) are the caller's to handle.
+    """
+    limit = max(1, int(timeout))
+    quoted = shlex.quote(command)
+    wrapped = (
+        f"if command -v timeout >/dev/null 2>&1; then exec timeout -k 2 {limit} /bin/sh -c {quoted}; "
+        f"else exec /bin/sh -c {quoted}; fi"
+    )
+    process = await conn.create_process(wrapped, stdin=asyncssh.DEVNULL, encoding=None)
+    try:
+        result = await asyncio.wait_for(process.wait(check=False), timeout + 3)
+    except TimeoutError:
+        process.close()
+        return _RawResult(None, b"", b"", timed_out=True)
+    except (asyncssh.Error, OSError):
+        process.close()
+        raise
+    out, err = result.stdout or b"", result.stderr or b""
+    if isinstance(out, str):
+        out = out.encode()
+    if isinstance(err, str):
+        err = err.encode()
+    if result.exit_status == 124:  # killed by the remote timeout
+        return _RawResult(None, out, err, timed_out=True)
+    return _RawResult(result.exit_status, out, err)
+
+
+class _AgentlessSession:
+    """Polls a python-less host over exec channels and hands out the agent's frames as JSON lines.
+
+    Every ``interval`` (at least ``agentless.MIN_INTERVAL`` s): nvidia-smi (its own timeout; a hang is a GPU
+    error, retried after a while), the process table and the configured logs, concurrently, then one
+    ``heartbeat``. A process or log poll that fails or times out ends the session like a dead agent, and the
+    link reconnects with backoff. Requests other than ping/full_procs/stop are answered at once with
+    ``ok: false`` and ``agentless.NEEDS_PYTHON``.
+    """
+
+    def __init__(self, conn: asyncssh.SSHClientConnection, instance: Instance, probe: agentless.HostProbe) -> None:
+        self.conn = conn
+        self.reason = reason = agentless.agentless_reason(probe, instance.python)
+        self.host = probe.host or instance.host
+        self.python = probe.python_version
+        self.config = agent_config.load(agent_config.encode(instance.agent_config()))
+        self.interval = agentless.poll_interval(self.config)
+        self.status_detail = f"agentless: {reason} (nvidia-smi and ps over SSH)"
+        self.facts = agentless.HostFacts()
+        self.gpu = agentless.GpuFrames()
+        self.procs = agentless.ProcFrames()
+        self.logs = agentless.RemoteLogs(self.config)
+        self.sent = 0
+        self.samples = 0
+        self._queue: asyncio.Queue[bytes | SessionFailed] = asyncio.Queue()
+        self._task = asyncio.create_task(self._run(), name=f"agentless:{instance.name}")
+
+    # -- the _Session interface -----------------------------------------------------------------------------
+    async def readline(self) -> bytes:
+        item = await self._queue.get()
+        if isinstance(item, SessionFailed):
+            self._queue.put_nowait(item)  # every later read fails the same way
+            raise item
+        return item
+
+    def write(self, data: bytes) -> None:
+        for line in data.splitlines():
+            if not line.strip():
+                continue
+            try:
+                req = decode_request(line)
+            except ProtocolError as exc:
+                self._send("error", message=f"bad request: {exc}")
+                continue
+            op = req["op"]
+            if op == "ping":
+                self._send("result", id=req["id"], ok=True, data={"pong": True, "time": time.time(), "agentless": True})
+            elif op == "full_procs":
+                self.procs.reset()
+                self._send("result", id=req["id"], ok=True, data={"ok": True})
+            elif op == "stop":
+                pass  # the link closes the session right after; a reply here would race its cancellation
+            else:
+                self._send("result", id=req["id"], ok=False, error=agentless.NEEDS_PYTHON)
+
+    def stderr_tail(self) -> str:
+        return ""
+
+    async def close(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._task
+        self.conn.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.conn.wait_closed(), 5)
+
+    # -- polling ------------------------------------------------------------------------------------------
+    def _send(self, frame_type: str, ts: float | None = None, **fields: Any) -> None:
+        frame = {"type": frame_type, "ts": round(time.time() if ts is None else ts, 3)}
+        frame.update(fields)
+        data = encode(frame)
+        self.sent += len(data)
+        self._queue.put_nowait(data)
+
+    async def _run(self) -> None:
+        try:
+            await self._serve()
+        except asyncio.CancelledError:
+            raise
+        except SessionFailed as exc:
+            self._queue.put_nowait(exc)
+        except (asyncssh.Error, OSError) as exc:
+            self._queue.put_nowait(SessionFailed("unreachable", f"connection lost: {_reason(exc)}"))
+        except Exception as exc:  # a bug: end the session (the link reconnects), never the console
+            self._queue.put_nowait(SessionFailed("agent_failed", f"agentless poller: {type(exc).__name__}: {exc}"))
+
+    async def _poll(self, command: str, what: str) -> bytes:
+        result = await _exec(self.conn, command, agentless.POLL_TIMEOUT)
+        if result.timed_out:
+            raise SessionFailed("unreachable", f"agentless: {what} poll timed out after {agentless.POLL_TIMEOUT:g} s")
+        if result.exit_status != 0:
+            err = result.stderr.decode("utf-8", "replace").strip().splitlines()
+            why = err[-1] if err else f"exit status {result.exit_status}"
+            raise SessionFailed("agent_failed", f"agentless: {what} poll failed: {why}")
+        return result.stdout
+
+    async def _serve(self) -> None:
+        facts = await self._poll(agentless.FACTS_COMMAND, "host")
+        self.facts = agentless.parse_facts(facts.decode("utf-8", "replace"))
+        if self.facts.have_proc:
+            self.status_detail = f"agentless: {self.reason} (nvidia-smi and /proc over SSH)"
+        first_gpu = await self._poll_gpu()
+        self._send(
+            "hello",
+            v=PROTOCOL_VERSION,
+            agent_version=agentless.AGENT_VERSION,
+            host=self.host,
+            pid=None,
+            python=self.python,
+            heartbeat_interval=max(self.interval, float(self.config.get("heartbeat_interval") or 5.0)),
+            features={
+                "agentless": True,
+                "gpu": self.gpu.state,
+                "psutil": False,
+                "simulated_gpu": False,
+                "ops": sorted(agentless.OPS),
+            },
+        )
+        loop = asyncio.get_running_loop()
+        seq = 0
+        gpu_task: asyncio.Task[dict[str, Any] | None] | None = None
+        gpu_frame = first_gpu  # read before the hello (its features say the GPU state)
+        try:
+            while True:
+                started = loop.time()
+                # nvidia-smi runs beside the other polls and may take longer than a poll (a GPU falling off the
+                # bus can hang it for seconds): its frame goes out with the first poll after it answered.
+                if gpu_task is None and seq > 0 and self.gpu.due(time.monotonic()):
+                    gpu_task = asyncio.create_task(self._poll_gpu())
+                results = await asyncio.gather(self._poll_procs(), self._poll_logs(), return_exceptions=True)
+                for result in results:
+                    if isinstance(result, BaseException):
+                        raise result
+                if gpu_task is not None:
+                    await asyncio.wait({gpu_task}, timeout=max(0.0, started + self.interval / 2 - loop.time()))
+                    if gpu_task.done():
+                        gpu_frame, gpu_task = gpu_task.result(), None  # raises when the connection went
+                if gpu_frame is not None:
+                    self._send("gpu", **gpu_frame)
+                    gpu_frame = None
+                clock, records = results[0]  # type: ignore[misc]
+                procs_frame = self.procs.frame(records, time.monotonic())
+                if procs_frame is not None:
+                    self._send("procs", ts=clock, **procs_frame)
+                for frame in results[1]:  # type: ignore[union-attr]
+                    self._send("log", **frame)
+                self.samples += 1
+                seq += 1
+                self._send("heartbeat", seq=seq, samples=self.samples, sent=self.sent)
+                await asyncio.sleep(max(0.0, started + self.interval - loop.time()))
+        finally:
+            if gpu_task is not None:
+                gpu_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await gpu_task
+
+    async def _poll_gpu(self) -> dict[str, Any] | None:
+        nonce = agentless.new_nonce()
+        result = await _exec(self.conn, agentless.gpu_command(nonce), agentless.GPU_TIMEOUT)
+        now = time.monotonic()
+        if result.timed_out:
+            return self.gpu.timed_out(now, agentless.GPU_TIMEOUT)
+        return self.gpu.feed(agentless.parse_gpu_output(result.stdout, nonce), now)
+
+    async def _poll_procs(self) -> tuple[float | None, dict[int, dict[str, Any]]]:
+        nonce = agentless.new_nonce()
+        facts = self.facts
+        out = await self._poll(agentless.procs_command(nonce, facts.have_proc), "process")
+        clock: float | None = None  # the host's clock (process start times are on it), for the frame's ts
+        if facts.have_proc:
+            uptime, rows = agentless.parse_proc_snapshot(out, nonce, facts)
+            if uptime is not None and facts.btime > 0:
+                clock = facts.btime + uptime
+        else:
+            clock, rows = agentless.parse_ps_snapshot(out, nonce)
+            uptime = None
+        if not rows:
+            raise SessionFailed("agent_failed", "agentless: the host listed no processes")
+        return clock, self.procs.records(uptime, rows, self.gpu.mem_by_pid, boot=facts.btime)
+
+    async def _poll_logs(self) -> list[dict[str, Any]]:
+        nonce = agentless.new_nonce()
+        command = self.logs.command(nonce)
+        if command is None:
+            return []
+        out = await self._poll(command, "log")
+        return self.logs.parse(out, nonce, time.monotonic())
+
+
 class SshLink(AgentLink):
     """The agent on a remote instance, over one asyncssh connection."""
 
@@ -358,12 +592,22 @@ class SshLink(AgentLink):
         except (ValueError, KeyError) as exc:  # unreadable key file and the like
             raise SessionFailed("auth_failed", f"{inst.address}: {exc}") from None
 
-    async def _ensure_agent(self, conn: asyncssh.SSHClientConnection) -> str:
+    async def _probe_host(self, conn: asyncssh.SSHClientConnection) -> agentless.HostProbe:
+        """Is the instance's python there and 3.8+, and the agent uploaded? (python "unknown": no answer)."""
+        path = f"{REMOTE_DIR}/{agent_bundle().remote_name}"
+        command = agentless.probe_command(self.instance.python, path)
+        result = await conn.run(command, check=False, timeout=30, encoding=None)
+        out = result.stdout or b""
+        return agentless.parse_probe(out.decode("utf-8", "replace") if isinstance(out, bytes) else str(out))
+
+    async def _ensure_agent(self, conn: asyncssh.SSHClientConnection, present: bool | None = None) -> str:
         """Upload the agent zipapp unless this exact version is already there; return its path."""
         bundle = agent_bundle()
         path = f"{REMOTE_DIR}/{bundle.remote_name}"
-        check = await conn.run(f"test -s {shlex.quote(path)} && echo present", check=False, timeout=30)
-        if "present" in str(check.stdout):
+        if present is None:
+            check = await conn.run(f"test -s {shlex.quote(path)} && echo present", check=False, timeout=30)
+            present = "present" in str(check.stdout)
+        if present:
             return path
         tmp = f"{path}.{random.randrange(1 << 30)}.tmp"
         q_dir, q_tmp, q_path = (shlex.quote(p) for p in (REMOTE_DIR, tmp, path))
@@ -377,7 +621,11 @@ class SshLink(AgentLink):
     async def _open_session(self) -> _Session:
         conn = await self._connect()
         try:
-            path = await self._ensure_agent(conn)
+            probe = await self._probe_host(conn)
+            if probe.python in ("none", "old", "broken"):
+                self._conn = conn
+                return _AgentlessSession(conn, self.instance, probe)
+            path = await self._ensure_agent(conn, None if probe.python == "unknown" else probe.agent_present)
             command = " ".join(
                 shlex.quote(part)
                 for part in (self.instance.python, path, "--config", agent_config.encode(self.instance.agent_config()))
@@ -397,32 +645,17 @@ class SshLink(AgentLink):
         self._conn = None
 
     async def run_command(self, command: str, timeout: float = 20.0) -> CommandResult:
-        """Run a command on its own exec channel of the live connection."""
+        """Run a command on its own exec channel of the live connection (agent or agentless)."""
         if self._conn is None:
             raise LinkError(f"{self.name}: not connected ({self.status}: {self.detail})")
-        # The remote side enforces the limit too (coreutils timeout when present), so a command that hangs
-        # does not outlive its channel; locally the channel is closed when the limit passes.
-        limit = max(1, int(timeout))
-        quoted = shlex.quote(command)
-        wrapped = (
-            f"if command -v timeout >/dev/null 2>&1; then exec timeout -k 2 {limit} /bin/sh -c {quoted}; "
-            f"else exec /bin/sh -c {quoted}; fi"
-        )
         try:
-            process = await self._conn.create_process(wrapped, stdin=asyncssh.DEVNULL)
+            result = await _exec(self._conn, command, timeout)
         except (asyncssh.Error, OSError) as exc:
             raise LinkError(f"{self.name}: {exc}") from None
-        try:
-            result = await asyncio.wait_for(process.wait(check=False), timeout + 3)
-        except TimeoutError:
-            process.close()
-            return CommandResult(None, "", "", timed_out=True)
-        except (asyncssh.Error, OSError) as exc:
-            process.close()
-            raise LinkError(f"{self.name}: {exc}") from None
-        if result.exit_status == 124:  # killed by the remote timeout
-            return CommandResult(None, str(result.stdout or ""), str(result.stderr or ""), timed_out=True)
-        return CommandResult(result.exit_status, str(result.stdout or ""), str(result.stderr or ""))
+        out, err = result.stdout.decode("utf-8", "replace"), result.stderr.decode("utf-8", "replace")
+        if result.timed_out:
+            return CommandResult(None, out, err, timed_out=True)
+        return CommandResult(result.exit_status, out, err)
 
 
 # -- local ----------------------------------------------------------------------------------------

@@ -472,8 +472,12 @@ def matches(inst: InstanceState, query: str) -> bool:
 def _on_hello(inst: InstanceState, frame: Dict[str, Any], now: float) -> None:
     inst.hello = frame
     features = frame.get("features") or {}
-    if features.get("agentless"):
-        inst.agentless = True
+    # Each session says again whether it is agentless: a host that got python3 since runs the agent.
+    inst.agentless = (
+        bool(features.get("agentless"))
+        or bool(getattr(inst.instance, "agentless", False))
+        or "agentless" in inst.link_detail
+    )
     if features.get("simulated_gpu"):
         inst.gpu_simulated = True
     hb = frame.get("heartbeat_interval")
