@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from console.agent.gpu import FULL_EVERY, LOST_RETRY, STATE_REPEAT
-from console.agent.logs import BATCH_CHARS, BATCH_LINES, PARTIAL_AFTER, clean_line
+from console.agent.logs import BATCH_LINES, batch_frames, clean_line, log_frame
 from console.agent.procs import CPU_STEP, MAX_CMDLINE, PF_KTHREAD, RESEND, RSS_STEP
 
 AGENT_VERSION = "agentless"
@@ -798,9 +798,9 @@ class RemoteLogs:
             frames = []
             if f.opened:
                 f.reset()
-                frames.append(self._frame(f, [], 1, event="missing"))
+                frames.append(log_frame(f, [], 1, event="missing"))
             elif first and not f.missing_reported:
-                frames.append(self._frame(f, [], 1, event="missing"))
+                frames.append(log_frame(f, [], 1, event="missing"))
             f.missing_reported = True
             f.pending_event = "created"
             return frames
@@ -853,27 +853,7 @@ class RemoteLogs:
             kept.extend(pieces[-BATCH_LINES:])
             f.partial = b""
             self._keep_partial(f, chunk[last_nl + 1 :], now)
-        f.line_no += total
-        lines = [clean_line(raw, self.max_chars) for raw in kept]
-        skipped = total - len(lines)
-        chars = sum(len(x) for x in lines)
-        while lines and chars > BATCH_CHARS:
-            chars -= len(lines.pop(0))
-            skipped += 1
-        first_line = start_no + skipped
-        partial = False
-        if f.partial and now - f.partial_since >= PARTIAL_AFTER and now - f.partial_sent_at >= PARTIAL_AFTER:
-            text = clean_line(f.partial, self.max_chars)
-            if text != f.partial_sent or lines:
-                lines.append(text)
-                partial = True
-                f.partial_sent, f.partial_sent_at = text, now
-        if skipped:
-            lines.insert(0, "[... %d lines skipped ...]" % skipped)
-            first_line -= 1
-        if not lines and event is None:
-            return []
-        return [self._frame(f, lines, first_line, event=event, partial=partial, skipped=skipped)]
+        return batch_frames(f, kept, total, start_no, now, self.max_chars, event)
 
     def _backlog(self, f: _RemoteFile, ident: str, size: int, count: int, tail_at: int, tail: bytes,
                  now: float) -> dict[str, Any]:
@@ -894,15 +874,5 @@ class RemoteLogs:
             lines.append(text)
             partial = True
             f.partial_sent = text
-        return self._frame(f, lines, first_line, backlog=True, partial=partial)
+        return log_frame(f, lines, first_line, backlog=True, partial=partial)
 
-    @staticmethod
-    def _frame(f: _RemoteFile, lines: list[str], first_line: int, backlog: bool = False, event: str | None = None,
-               partial: bool = False, skipped: int = 0) -> dict[str, Any]:
-        frame: dict[str, Any] = {"path": f.path, "lines": lines, "first_line": first_line, "backlog": backlog,
-                                 "event": event}
-        if partial:
-            frame["partial"] = True
-        if skipped:
-            frame["skipped"] = skipped
-        return frame

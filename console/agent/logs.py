@@ -155,12 +155,12 @@ class LogFollower:
                 frames.extend(self._read_new(f, now, None))  # drain what the old file still had
                 f.close()
                 self._reset(f)
-                frames.append(self._frame(f, [], 1, event="missing"))
+                frames.append(log_frame(f, [], 1, event="missing"))
                 f.missing_since = now
             elif f.missing_since is None:
                 f.missing_since = now
                 if first and f.explicit:
-                    frames.append(self._frame(f, [], 1, event="missing"))
+                    frames.append(log_frame(f, [], 1, event="missing"))
             f.pending_event = "created"
             return frames
         ident = (st.st_dev, st.st_ino)
@@ -196,29 +196,6 @@ class LogFollower:
         f.partial = b""
         f.partial_since = 0.0
         f.partial_sent = None
-
-    def _frame(
-        self,
-        f: _File,
-        lines: List[str],
-        first_line: int,
-        backlog: bool = False,
-        event: Optional[str] = None,
-        partial: bool = False,
-        skipped: int = 0,
-    ) -> Dict[str, Any]:
-        frame: Dict[str, Any] = {
-            "path": f.path,
-            "lines": lines,
-            "first_line": first_line,
-            "backlog": backlog,
-            "event": event,
-        }
-        if partial:
-            frame["partial"] = True
-        if skipped:
-            frame["skipped"] = skipped
-        return frame
 
     def _keep_partial(self, f: _File, data: bytes, now: float) -> None:
         if data and not f.partial:
@@ -264,27 +241,7 @@ class LogFollower:
             f.complete_offset = f.offset - (len(chunk) - last_nl - 1)
             f.partial = b""
             self._keep_partial(f, chunk[last_nl + 1 :], now)
-        f.line_no += total
-        lines = [clean_line(raw, self.max_chars) for raw in kept]
-        skipped = total - len(lines)
-        chars = sum(len(x) for x in lines)
-        while lines and chars > BATCH_CHARS:
-            chars -= len(lines.pop(0))
-            skipped += 1
-        first_line = start_no + skipped
-        partial = False
-        if f.partial and now - f.partial_since >= PARTIAL_AFTER and now - f.partial_sent_at >= PARTIAL_AFTER:
-            text = clean_line(f.partial, self.max_chars)
-            if text != f.partial_sent or lines:
-                lines.append(text)
-                partial = True
-                f.partial_sent, f.partial_sent_at = text, now
-        if skipped:
-            lines.insert(0, "[... %d lines skipped ...]" % skipped)
-            first_line -= 1
-        if not lines and event is None:
-            return []
-        return [self._frame(f, lines, first_line, event=event, partial=partial, skipped=skipped)]
+        return batch_frames(f, kept, total, start_no, now, self.max_chars, event)
 
     # -- backlog --------------------------------------------------------------------------------
     def _open_at_end(self, f: _File, size: int) -> Dict[str, Any]:
@@ -347,7 +304,7 @@ class LogFollower:
             lines.append(text)
             partial = True
             f.partial_sent = text
-        return self._frame(f, lines, first_line, backlog=True, partial=partial)
+        return log_frame(f, lines, first_line, backlog=True, partial=partial)
 
     def backlog(self, lines: int) -> List[Dict[str, Any]]:
         """The last ``lines`` lines of every followed file that is open (``backlog: true``)."""
@@ -356,3 +313,55 @@ class LogFollower:
     def close(self) -> None:
         for f in self.files.values():
             f.close()
+
+
+def log_frame(
+    f: Any,
+    lines: List[str],
+    first_line: int,
+    backlog: bool = False,
+    event: Optional[str] = None,
+    partial: bool = False,
+    skipped: int = 0,
+) -> Dict[str, Any]:
+    """A ``log`` frame's fields for file ``f`` (anything with a ``path``)."""
+    frame: Dict[str, Any] = {
+        "path": f.path, "lines": lines, "first_line": first_line, "backlog": backlog, "event": event,
+    }
+    if partial:
+        frame["partial"] = True
+    if skipped:
+        frame["skipped"] = skipped
+    return frame
+
+
+def batch_frames(
+    f: Any, kept: List[bytes], total: int, start_no: int, now: float, max_chars: int, event: Optional[str]
+) -> List[Dict[str, Any]]:
+    """The frame for ``total`` new complete lines of ``f`` (the last ``kept`` of them as bytes), numbered from
+    ``start_no``: capped to a batch (with a skipped marker), plus the pending partial line once it settled.
+
+    ``f`` carries ``path, line_no, partial, partial_since, partial_sent, partial_sent_at`` (a followed file,
+    here or in the console's agentless follower).
+    """
+    f.line_no += total
+    lines = [clean_line(raw, max_chars) for raw in kept]
+    skipped = total - len(lines)
+    chars = sum(len(x) for x in lines)
+    while lines and chars > BATCH_CHARS:
+        chars -= len(lines.pop(0))
+        skipped += 1
+    first_line = start_no + skipped
+    partial = False
+    if f.partial and now - f.partial_since >= PARTIAL_AFTER and now - f.partial_sent_at >= PARTIAL_AFTER:
+        text = clean_line(f.partial, max_chars)
+        if text != f.partial_sent or lines:
+            lines.append(text)
+            partial = True
+            f.partial_sent, f.partial_sent_at = text, now
+    if skipped:
+        lines.insert(0, "[... %d lines skipped ...]" % skipped)
+        first_line -= 1
+    if not lines and event is None:
+        return []
+    return [log_frame(f, lines, first_line, event=event, partial=partial, skipped=skipped)]
