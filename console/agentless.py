@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from console.agent.gpu import FULL_EVERY, LOST_RETRY, STATE_REPEAT
-from console.agent.logs import BATCH_LINES, batch_frames, clean_line, log_frame
+from console.agent.logs import BATCH_LINES, batch_frames, clean_line, keep_partial, log_frame
 from console.agent.procs import CPU_STEP, MAX_CMDLINE, PF_KTHREAD, RESEND, RSS_STEP
 
 AGENT_VERSION = "agentless"
@@ -823,19 +823,7 @@ class RemoteLogs:
         return self._read(f, data, now, event)
 
     def _keep_partial(self, f: _RemoteFile, data: bytes, now: float) -> None:
-        if data and not f.partial:
-            f.partial_since = now
-        if not data:
-            f.partial_since = 0.0
-            f.partial_sent = None
-        limit = self.max_chars * 4 + 16
-        if len(data) > limit:
-            stripped = data.rstrip(b"\r")
-            cut = stripped.rfind(b"\r")
-            if cut >= 0:
-                data = data[cut + 1 :]
-            data = data[:limit]
-        f.partial = data
+        keep_partial(f, data, now, self.max_chars)
 
     def _read(self, f: _RemoteFile, chunk: bytes, now: float, event: str | None) -> list[dict[str, Any]]:
         kept: deque[bytes] = deque(maxlen=BATCH_LINES)

@@ -198,20 +198,7 @@ class LogFollower:
         f.partial_sent = None
 
     def _keep_partial(self, f: _File, data: bytes, now: float) -> None:
-        if data and not f.partial:
-            f.partial_since = now
-        if not data:
-            f.partial_since = 0.0
-            f.partial_sent = None
-        limit = self.max_chars * 4 + 16
-        if len(data) > limit:
-            stripped = data.rstrip(b"\r")
-            cut = stripped.rfind(b"\r")
-            if cut >= 0:
-                data = data[cut + 1 :]
-            if len(data) > limit:
-                data = data[:limit]
-        f.partial = data
+        keep_partial(f, data, now, self.max_chars)
 
     def _read_new(self, f: _File, now: float, event: Optional[str]) -> List[Dict[str, Any]]:
         """Read what was appended since the last poll; at most one frame."""
@@ -365,3 +352,21 @@ def batch_frames(
     if not lines and event is None:
         return []
     return [log_frame(f, lines, first_line, event=event, partial=partial, skipped=skipped)]
+
+
+def keep_partial(f: Any, data: bytes, now: float, max_chars: int) -> None:
+    """Hold ``data`` (the text after the last newline) as ``f``'s partial line; a runaway one (a progress
+    bar redrawn with ``\\r`` for hours) is cut to its last state and capped."""
+    if data and not f.partial:
+        f.partial_since = now
+    if not data:
+        f.partial_since = 0.0
+        f.partial_sent = None
+    limit = max_chars * 4 + 16
+    if len(data) > limit:
+        stripped = data.rstrip(b"\r")
+        cut = stripped.rfind(b"\r")
+        if cut >= 0:
+            data = data[cut + 1 :]
+        data = data[:limit]
+    f.partial = data
