@@ -28,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from console.agent.gpu import FULL_EVERY, LOST_RETRY, STATE_REPEAT
+from console.agent.gpu import FULL_EVERY, LOST_RETRY, STATE_REPEAT, sum_memory_by_pid
 from console.agent.logs import BATCH_LINES, batch_frames, clean_line, keep_partial, log_frame
 from console.agent.procs import CPU_STEP, MAX_CMDLINE, PF_KTHREAD, RESEND, RSS_STEP
 
@@ -411,15 +411,7 @@ class GpuFrames:
                 self._static[index] = static
             records.append({k: v for k, v in dev.items() if k not in _STATIC})
         self._lost = lost_now
-        mem: dict[int, int | None] = {}
-        for rec in records:
-            for proc in rec["procs"]:
-                pid, used = proc["pid"], proc["mem"]
-                if used is None:
-                    mem.setdefault(pid, None)
-                else:
-                    mem[pid] = (mem.get(pid) or 0) + used
-        self.mem_by_pid = mem
+        self.mem_by_pid = sum_memory_by_pid(rec["procs"] for rec in records)
         if full:
             self._next_full = now + FULL_EVERY
             for rec in records:

@@ -17,7 +17,7 @@ A lost device's record is always complete.  Watts are rounded to 0.1 W.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional
 
 FULL_EVERY = 60.0  # seconds between frames carrying the static fields
 STATE_REPEAT = 60.0  # a no_gpu / error frame is repeated (and NVML init retried) at most this often
@@ -270,15 +270,7 @@ class GpuSampler:
                 else:
                     record.update({"name": None, "uuid": None, "mem_total": None, "power_limit": None})
                 dev.unsupported.clear()
-        mem: Dict[int, Optional[int]] = {}
-        for dev in self.devices:
-            for proc in dev.procs:
-                pid, used = proc["pid"], proc["mem"]
-                if used is None:
-                    mem.setdefault(pid, None)
-                else:
-                    mem[pid] = (mem.get(pid) or 0) + used
-        self._mem_by_pid = mem
+        self._mem_by_pid = sum_memory_by_pid(dev.procs for dev in self.devices)
         self._last_records = records
         if full:
             for dev, record in zip(self.devices, records):
@@ -396,3 +388,16 @@ class GpuSampler:
                 "power_limit": _watts(nvml.call("nvmlDeviceGetEnforcedPowerLimit", dev.handle)),
             }
         return record
+
+
+def sum_memory_by_pid(proc_lists: Iterable[List[Dict[str, Any]]]) -> Dict[int, Optional[int]]:
+    """GPU memory per pid summed over devices (``[{pid, mem}]`` each); None: on a GPU, amount unknown."""
+    mem: Dict[int, Optional[int]] = {}
+    for procs in proc_lists:
+        for proc in procs:
+            pid, used = proc["pid"], proc["mem"]
+            if used is None:
+                mem.setdefault(pid, None)
+            else:
+                mem[pid] = (mem.get(pid) or 0) + used
+    return mem
