@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from console.agent.gpu import FULL_EVERY, LOST_RETRY, STATE_REPEAT, sum_memory_by_pid
-from console.agent.logs import BATCH_LINES, batch_frames, clean_line, keep_partial, log_frame
+from console.agent.logs import BATCH_LINES, backlog_frame, batch_frames, clean_line, keep_partial, log_frame
 from console.agent.procs import CPU_STEP, MAX_CMDLINE, PF_KTHREAD, RESEND, RSS_STEP
 
 AGENT_VERSION = "agentless"
@@ -848,11 +848,5 @@ class RemoteLogs:
         keep = pieces[-self.backlog_lines :] if self.backlog_lines > 0 else []
         lines = [clean_line(raw, self.max_chars) for raw in keep]
         first_line = count - len(lines) + 1
-        partial = False
-        if f.partial:
-            text = clean_line(f.partial, self.max_chars)
-            lines.append(text)
-            partial = True
-            f.partial_sent = text
-        return log_frame(f, lines, first_line, backlog=True, partial=partial)
+        return backlog_frame(f, lines, first_line, self.max_chars)
 

@@ -437,6 +437,7 @@ def analyze(facts: Dict[str, Any]) -> Dict[str, Any]:
     bench_all = [r for r in processes if match_pats and _matches(r, match_pats) and r["pid"] not in entry_pids]
     bench = [r for r in bench_all if _alive(r)]
     bench_started = min((float(r.get("start") or 0.0) for r in bench), default=None) if bench else None
+    entry_started = max((float(r.get("start") or 0.0) for r in entry), default=0.0) or None  # the youngest
     young_entry: Optional[str] = None  # set when the entrypoint is young and no benchmark process is up
     if facts.get("processes_error"):
         steps.append(_step("processes", "skipped", "process table unreadable: %s" % facts["processes_error"]))
@@ -455,10 +456,9 @@ def analyze(facts: Dict[str, Any]) -> Dict[str, Any]:
         if entry:
             summary += "; the entrypoint (pid %s) is still alive" % ", ".join(str(r["pid"]) for r in entry)
             now = float(facts.get("now") or time.time())
-            youngest = max(float(r.get("start") or 0.0) for r in entry)
-            if 0.0 < now - youngest < STARTUP_GRACE_SECONDS:  # maybe still setting up (decided at the verdict)
+            if entry_started and 0.0 < now - entry_started < STARTUP_GRACE_SECONDS:  # decided at the verdict
                 young_entry = "the benchmark has not started yet: the entrypoint (pid %s) began %s ago" % (
-                    ", ".join(str(r["pid"]) for r in entry), fmt_age(now - youngest))
+                    ", ".join(str(r["pid"]) for r in entry), fmt_age(now - entry_started))
         findings.append(
             {
                 "code": "benchmark_not_running",
@@ -530,7 +530,6 @@ def analyze(facts: Dict[str, Any]) -> Dict[str, Any]:
     )
 
     # 4 + 5. log tails and signatures (logs and dmesg)
-    entry_started = max((float(r.get("start") or 0.0) for r in entry), default=0.0) or None
     log_findings, log_lines, sig_lines = _log_findings(facts, bench_started, bench_started or entry_started)
     findings.extend(log_findings)
     steps.append(_step("logs", "info", "%d log tail(s) read" % len(facts.get("logs") or []), log_lines))

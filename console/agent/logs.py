@@ -285,13 +285,7 @@ class LogFollower:
     def _backlog_frame(self, f: _File, n: int) -> Dict[str, Any]:
         lines = self._tail_lines(f, n)
         first_line = f.line_no - len(lines) + 1
-        partial = False
-        if f.partial:
-            text = clean_line(f.partial, self.max_chars)
-            lines.append(text)
-            partial = True
-            f.partial_sent = text
-        return log_frame(f, lines, first_line, backlog=True, partial=partial)
+        return backlog_frame(f, lines, first_line, self.max_chars)
 
     def backlog(self, lines: int) -> List[Dict[str, Any]]:
         """The last ``lines`` lines of every followed file that is open (``backlog: true``)."""
@@ -320,6 +314,17 @@ def log_frame(
     if skipped:
         frame["skipped"] = skipped
     return frame
+
+
+def backlog_frame(f: Any, lines: List[str], first_line: int, max_chars: int) -> Dict[str, Any]:
+    """The backlog frame for ``f``: its last ``lines`` (numbered from ``first_line``) plus the partial line."""
+    partial = False
+    if f.partial:
+        text = clean_line(f.partial, max_chars)
+        lines.append(text)
+        partial = True
+        f.partial_sent = text
+    return log_frame(f, lines, first_line, backlog=True, partial=partial)
 
 
 def batch_frames(
