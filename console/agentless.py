@@ -533,7 +533,7 @@ def parse_proc_snapshot(output: bytes, nonce: str, facts: HostFacts) -> tuple[fl
             pid=pid, ppid=ppid, comm=name, state=state, cpu_seconds=ticks / facts.clk_tck, pcpu=None, rss=rss,
             start=round(facts.btime + start_ticks / facts.clk_tck, 2), cmdline=_cap(" ".join(argv)),
             wchan=None if wchan in ("", "0") else wchan,
-            kthread=bool(flags & PF_KTHREAD) or ppid == 2 or pid == 2,
+            kthread=bool(flags & PF_KTHREAD),
         ))
     return uptime, rows
 
@@ -587,7 +587,7 @@ def parse_ps_snapshot(output: bytes, nonce: str) -> tuple[float | None, list[Pro
         elapsed = parse_etime(parts[5])
         args = parts[6].strip() if len(parts) > 6 else ""
         comm = comms.get(pid) or (posixpath.basename(args.split(" ", 1)[0]) if args else "")
-        kthread = pid == 2 or ppid == 2 or (args.startswith("[") and args.endswith("]") and rss_kib == 0)
+        kthread = args.startswith("[") and args.endswith("]") and rss_kib == 0  # as ps shows kernel threads
         rows.append(ProcRow(
             pid=pid, ppid=ppid, comm=comm or "?", state=parts[2][:1] or "?",
             cpu_seconds=None, pcpu=round(pcpu, 1), rss=rss_kib * 1024,

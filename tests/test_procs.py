@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import errno
+import itertools
+import json
 import os
 import signal
 import subprocess
@@ -251,15 +253,16 @@ def test_held_files_go_with_their_process(children, monkeypatch):
     table = _apply({}, sampler.sample({}))
     sleep_pid = next(pid for pid, r in table.items() if r["name"] == "sleep")
     entry = sampler._entries[sleep_pid]
-    assert entry.stat_fd in sampler._reader.held and entry.wchan_fd in sampler._reader.held
-    os.kill(sleep_pid, signal.SIGKILL)  # sh reaps it; the held stat now answers ESRCH
+    sampler.sample({sleep_pid: None})  # its second reading opens schedstat (single-threaded)
+    assert entry.stat_fd in sampler._reader.held and entry.sched_fd in sampler._reader.held
+    os.kill(sleep_pid, signal.SIGKILL)  # sh reaps it; the held schedstat and stat now answer ESRCH
 
     def gone():
         frame = sampler.sample({sleep_pid: None})
         return frame is not None and sleep_pid in frame["gone"]
 
     _until(gone)
-    assert entry.stat_fd == -1 and entry.wchan_fd == -1 and sleep_pid not in sampler._entries
+    assert entry.stat_fd == -1 and entry.sched_fd == -1 and sleep_pid not in sampler._entries
     listings = sampler.listings
     sampler.sample({})
     assert sampler.listings == listings + 1  # its pid may be in use again: /proc is listed at once
@@ -331,3 +334,142 @@ def test_a_signature_that_misses_new_processes_is_not_trusted(children, monkeypa
     for _ in range(3):
         sampler.sample({})
     assert sampler.listings == listings + 3  # from now on /proc is listed every sample
+
+
+def _readings(sampler, pid, seconds, pace=0.02):
+    """Sample for ``seconds``; -> (time, identical readings in a row) of each reading of ``pid``."""
+    out = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        sampler.sample({})
+        entry = sampler._entries[pid]
+        if not out or entry.read_at != out[-1][0]:
+            out.append((entry.read_at, entry.unchanged))
+        time.sleep(pace)
+    return out
+
+
+def test_a_process_idle_for_long_is_read_less_often(children, monkeypatch):
+    monkeypatch.setattr(procs_mod, "HOT_NEW", 0.0)
+    monkeypatch.setattr(procs_mod, "COLD_PERIOD", 0.25)
+    monkeypatch.setattr(procs_mod, "DORMANT_PERIOD", 1.0)
+    child = children(["sleep", "300"])
+    time.sleep(0.3)  # past its start-up
+    sampler = ProcSampler({"proc_root": child.pid}, backend="proc")
+    readings = _readings(sampler, child.pid, 4.5)
+    cold = [b[0] - a[0] for a, b in itertools.pairwise(readings) if a[1] < procs_mod.DORMANT_AFTER]
+    dormant = [b[0] - a[0] for a, b in itertools.pairwise(readings) if a[1] >= procs_mod.DORMANT_AFTER]
+    assert cold and max(cold) < 0.45, readings  # ~0.25 s apart (0.15-0.35, staggered)
+    assert len(dormant) >= 2 and min(dormant) > 0.55, readings  # ~1 s apart (0.6-1.4) once idle for long
+
+
+def test_a_dormant_parent_is_read_when_a_child_comes_and_goes(children, monkeypatch):
+    monkeypatch.setattr(procs_mod, "HOT_NEW", 0.0)
+    monkeypatch.setattr(procs_mod, "COLD_PERIOD", 100.0)
+    monkeypatch.setattr(procs_mod, "DORMANT_PERIOD", 100.0)
+    monkeypatch.setattr(procs_mod, "task_signature", lambda: None)  # list /proc every sample
+    parent = children(["sh", "-c", "read x; sleep 0.6; read y"], stdin=subprocess.PIPE)
+    sampler = ProcSampler({"proc_root": parent.pid}, backend="proc")
+    sampler.sample({})
+    entry = sampler._entries[parent.pid]
+    first = entry.read_at
+    time.sleep(0.3)
+    sampler.sample({})
+    assert entry.read_at == first  # idle: next reading in ~100 s
+    parent.stdin.write(b"go\n")
+    parent.stdin.flush()
+    _until(lambda: len(read_process_table({"proc_root": parent.pid})) == 2, timeout=5, step=0.05)
+    sampler.sample({})  # the child's first reading
+    sampler.sample({})
+    forked = entry.read_at
+    assert forked > first  # read at the sample after its child appeared
+    wchan = read_wchan(parent.pid)
+    if wchan is not None:  # where the kernel shows it: the fresh one (waiting for the child)
+        assert entry.wchan == wchan
+    _until(lambda: len(read_process_table({"proc_root": parent.pid})) == 1, timeout=5, step=0.05)
+    sampler.sample({})
+    sampler.sample({})
+    assert entry.read_at > forked  # and again once the child went away
+
+
+NAMESPACE_PROBE = """
+import json, subprocess, sys, time
+from console.agent.procs import ProcSampler, read_process_table
+first = subprocess.Popen(["sh", "-c", "sleep 300 & wait"])  # pid 2 in this namespace, its child pid 3
+time.sleep(0.3)
+frame = ProcSampler({}, backend="proc").sample({})
+table = {r["pid"]: r for r in frame["procs"]}
+print(json.dumps({"first": first.pid, "sampler": table, "snapshot": [r["pid"] for r in read_process_table({})]}))
+first.kill()
+"""
+
+
+def test_pid_2_in_a_pid_namespace_is_a_process_not_a_kernel_thread():
+    """In a container pid 2 (and its children) are the workload, not kthreadd's kernel threads."""
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
+    if os.geteuid() != 0:
+        argv[1:1] = ["--user", "--map-root-user"]
+    try:
+        out = subprocess.run(
+            [*argv, sys.executable, "-c", NAMESPACE_PROBE],
+            capture_output=True,
+            timeout=30,
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        )
+    except FileNotFoundError:
+        pytest.skip("no unshare (util-linux)")
+    if out.returncode != 0 and b"unshare" in out.stderr:
+        pytest.skip("cannot make a PID namespace here: %s" % out.stderr.decode().strip())
+    assert out.returncode == 0, out.stderr.decode()
+    data = json.loads(out.stdout)
+    assert data["first"] == 2
+    table = data["sampler"]
+    assert table["2"]["name"] == "sh" and table["3"]["name"] == "sleep" and table["3"]["ppid"] == 2
+    assert 2 in data["snapshot"] and 3 in data["snapshot"]
+
+
+GROW_ON_INPUT = "import sys; sys.stdin.readline(); block = bytearray(64 << 20); sys.stdin.readline()"
+
+
+def test_a_process_that_did_not_run_is_read_through_schedstat_and_changes_still_show(children, monkeypatch):
+    grower = children([sys.executable, "-c", GROW_ON_INPUT], stdin=subprocess.PIPE)
+    sleeper = children(["sleep", "300"])
+    time.sleep(0.5)  # both past their start-up, waiting
+    sampler = ProcSampler({}, backend="proc")
+    on_gpu = {sleeper.pid: None, grower.pid: None}  # read every sample
+    table = _apply({}, sampler.sample(on_gpu))
+    parsed = []
+    real = procs_mod._parse_stat
+    monkeypatch.setattr(procs_mod, "_parse_stat", lambda data, pid: parsed.append(pid) or real(data, pid))
+    for _ in range(3):
+        time.sleep(0.1)
+        table = _apply(table, sampler.sample(on_gpu))
+    entry = sampler._entries[sleeper.pid]
+    assert entry.threads == 1 and entry.sched and entry.unchanged >= 2  # idle: schedstat said so
+    assert sleeper.pid not in parsed
+    os.kill(sleeper.pid, signal.SIGSTOP)  # the kernel runs it to stop it: schedstat moves
+    _until(lambda: _apply(table, sampler.sample(on_gpu))[sleeper.pid]["state"] in ("T", "t"), timeout=5)
+    rss = table[grower.pid]["rss"]
+    grower.stdin.write(b"grow\n")
+    grower.stdin.flush()
+    _until(lambda: _apply(table, sampler.sample(on_gpu))[grower.pid]["rss"] > rss + (32 << 20), timeout=10)
+
+
+def test_an_idle_orphan_shows_its_new_parent(children, monkeypatch):
+    monkeypatch.setattr(procs_mod, "COLD_PERIOD", 100.0)
+    monkeypatch.setattr(procs_mod, "HOT_NEW", 0.0)
+    parent = children(["sh", "-c", "sleep 300 & echo $!; wait"], stdout=subprocess.PIPE)
+    orphan = int(parent.stdout.readline())
+    time.sleep(0.3)
+    sampler = ProcSampler({}, backend="proc")
+    table = _apply({}, sampler.sample({}))
+    for _ in range(3):  # read through schedstat (on a GPU: every sample), then left alone (not on it)
+        table = _apply(table, sampler.sample({orphan: None}))
+    assert table[orphan]["ppid"] == parent.pid and sampler._entries[orphan].sched
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    try:
+        _until(lambda: _apply(table, sampler.sample({})).get(orphan, {}).get("ppid") != parent.pid, timeout=5)
+        assert parent.pid not in table
+    finally:
+        os.kill(orphan, signal.SIGKILL)

@@ -10,19 +10,28 @@ ppid/status/cpu_times/create_time/memory_info is ~85 us a process) - and take th
 
 Cost: a process is re-read every sample while it is "hot" (used CPU in its last reading, is running
 or in disk sleep, is new, holds GPU memory, or its parent just exited); an idle sleeping process is
-re-read about every ``COLD_PERIOD`` seconds (staggered), so 500 idle ``sleep`` processes cost ~100
-stat reads a sample instead of 500.  Kernel threads are left out (and read every ``OUTSIDE_PERIOD``).
-What one sample costs on top of, and inside, those reads:
+re-read about every ``COLD_PERIOD`` seconds (staggered), and one that found nothing new in
+``DORMANT_AFTER`` readings in a row (it did not run for ~15 s) about every ``DORMANT_PERIOD`` seconds,
+so 500 idle ``sleep`` processes cost ~50 readings a sample instead of 500.  A process is also re-read
+(with its wchan) at the next sample when a child of it appears or goes away: it forked, or it reaps.
+Kernel threads are left out (and read every ``OUTSIDE_PERIOD``).
+What one sample costs on top of, and inside, those readings:
 
 - ``/proc`` is listed only when ``/proc/loadavg`` says a task was created or reaped since the last
   listing (its thread count and last pid; see ``task_signature``), when a reading found a process gone,
   and at least every ``LIST_EVERY`` seconds whatever it says (a listing costs ~1 ms per 600 processes at
   1 Hz); should such a listing find a new process that the signature missed, /proc is listed every
   sample from then on;
-- ``stat`` and ``wchan`` of up to ``HOLD_FDS / 2`` processes stay open and are re-read with ``pread``
-  (see ``_Reader``); a ``stat`` byte-identical to the previous reading of that process is not parsed;
-- ``wchan`` is read again only when the state letter changed or the cached one is ``WCHAN_MAX_AGE``
-  seconds old: every cold reading, every third sample for a hot sleeping process, never while running;
+- a single-threaded process is read through its ``schedstat`` first (a third of a ``stat`` read): when
+  that is byte-identical to the previous reading the process has not run, and nothing else is read
+  (``_Reader``); a ``stat`` byte-identical to the previous reading of that process is not parsed;
+- ``stat`` and ``schedstat`` of up to ``HOLD_FDS / 2`` processes stay open and are re-read with
+  ``pread`` (see ``_Reader``);
+- ``wchan`` is read again only when the state letter changed, or the cached one is ``WCHAN_MAX_AGE``
+  seconds old and the ``stat`` changed (every third sample for a hot sleeping process), or it is
+  ``WCHAN_IDLE_AGE`` seconds old and the process may have run (an identical ``stat`` means no CPU
+  tick, page fault or CPU change since, so it most likely still waits where it did); never while
+  running, never for a process that did not run;
 - name and cmdline are read only when the process is new or exec'd (comm or start time changed);
 - only processes whose reading changed a record field, that are on a GPU, or that have a change held
   back by ``RESEND`` are compared with the record last sent; a record is built only to be sent.
@@ -50,6 +59,8 @@ except Exception:  # ImportError or a broken install
 PROC = "/proc"
 MAX_CMDLINE = 1024
 COLD_PERIOD = 5.0  # seconds between readings of an idle sleeping process
+DORMANT_PERIOD = 10.0  # ... and of one whose /proc/PID/stat did not change in DORMANT_AFTER readings
+DORMANT_AFTER = 3
 HOT_NEW = 10.0  # a process is hot for this many seconds after it appears
 OUTSIDE_PERIOD = 30.0  # processes outside proc_root's subtree (for ppid changes / pid reuse)
 PF_KTHREAD = 0x00200000
@@ -58,7 +69,9 @@ RSS_STEP = 1024 * 1024
 RESEND = 5.0  # cpu/rss/wchan-only changes (and R<->S flips) of one process: at most one upsert per RESEND s
 LIST_EVERY = 30.0  # /proc is listed at least this often even when /proc/loadavg says nothing changed
 WCHAN_MAX_AGE = 2.5  # seconds a process's wchan is reused while its state letter stays the same
-HOLD_FDS = 1024  # /proc/PID/{stat,wchan} files kept open between readings (at most a quarter of RLIMIT_NOFILE)
+WCHAN_IDLE_AGE = 30.0  # ... while the process did not run (or its whole /proc/PID/stat stayed byte-identical)
+STAT_MAX_AGE = 60.0  # a single-threaded process that did not run (schedstat): its stat is read at least this often
+HOLD_FDS = 1024  # /proc/PID/{stat,schedstat} files kept open between readings (at most a quarter of RLIMIT_NOFILE)
 
 _PSUTIL_STATES = {
     "running": "R",
@@ -142,6 +155,14 @@ def _parse_stat(data: bytes, pid: int) -> Optional[Tuple[str, str, int, int, int
         return None
 
 
+def _threads(data: bytes) -> int:
+    """num_threads (field 20) of a /proc/PID/stat; 0 when unreadable."""
+    try:
+        return int(data[data.rfind(b")") + 2 :].split()[17])
+    except (IndexError, ValueError):
+        return 0
+
+
 def task_signature() -> Optional[bytes]:
     """``nr_threads last_pid`` from /proc/loadavg; None when unreadable.
 
@@ -209,17 +230,22 @@ class _Entry:
         "raw",
         "read_at",
         "rss",
+        "sched",
+        "sched_fd",
+        "sched_path",
         "sent",
         "sent_at",
         "start",
         "start_ticks",
+        "stat_at",
         "stat_fd",
         "stat_path",
         "state",
+        "threads",
         "ticks",
+        "unchanged",
         "wchan",
         "wchan_at",
-        "wchan_fd",
         "wchan_path",
     )
 
@@ -243,11 +269,16 @@ class _Entry:
         self.sent: Optional[Dict[str, Any]] = None
         self.sent_at = 0.0
         self.raw = b""  # the last /proc/PID/stat read
+        self.sched = b""  # the last /proc/PID/schedstat read (b"": none to compare with: read stat)
+        self.threads = 0  # from the last stat
+        self.stat_at = -1e9
         self.wchan_at = -1e9
         self.stat_path = "%s/%d/stat" % (PROC, pid)
+        self.sched_path = "%s/%d/schedstat" % (PROC, pid)
         self.wchan_path = "%s/%d/wchan" % (PROC, pid)
-        self.stat_fd = self.wchan_fd = -1  # held open by the reader (-1: opened and closed per reading)
+        self.stat_fd = self.sched_fd = -1  # held open by the reader (-1: opened and closed per reading)
         self.changed = True  # the last reading changed something a record carries
+        self.unchanged = 0  # readings in a row whose /proc/PID/stat was byte-identical to the one before
 
     def record(self, gpu_mem: Optional[int]) -> Dict[str, Any]:
         return {
@@ -271,9 +302,16 @@ class Starved(Exception):
 class _Reader:
     """Reads one process into an _Entry; static fields once per (pid, start).
 
-    ``/proc/PID/stat`` and ``wchan`` of up to ``hold_limit / 2`` processes stay open between readings and
-    are read again with ``pread`` at offset 0 (the kernel regenerates them): about half the cost of
-    open + read + close, for ~4 KB of kernel memory per open file (its seq_file buffer).  A held file
+    A single-threaded process whose ``/proc/PID/schedstat`` (time on CPU in ns, times scheduled) is
+    byte-identical to its previous reading has not run since: its ``stat`` is not read (a third of the
+    cost), except every ``STAT_MAX_AGE`` seconds (its rss can shrink without it running) and when the
+    sampler forgets that reading (``entry.sched = b""``: its parent went away, or a child came or went).
+    (``schedstat`` shows the main thread only, so a process with threads always has its ``stat`` read.)
+
+    ``/proc/PID/stat`` and ``schedstat`` of up to ``hold_limit / 2`` processes stay open between readings
+    and are read again with ``pread`` at offset 0 (the kernel regenerates them): about half the cost of
+    open + read + close, for ~4 KB of kernel memory per open file (its seq_file buffer); ``wchan``, read
+    far less often, is opened each time.  A held file
     belongs to that process, not to its pid number: once the process is reaped the read fails (ESRCH),
     also when the pid is in use again, and the entry is dropped like any process that went away.
     """
@@ -285,7 +323,7 @@ class _Reader:
         self.hold_limit = _hold_limit() if hold_limit is None else hold_limit
         self.held: set = set()
 
-    def _read(self, fd: int, path: str, size: int) -> Tuple[int, Optional[bytes]]:
+    def _read(self, fd: int, path: str, size: int, hold: bool = True) -> Tuple[int, Optional[bytes]]:
         """(the fd to keep, or -1; the file's bytes, or None when unreadable / the process is gone).
 
         Raises ``Starved`` when out of file descriptors: that says nothing about the process.
@@ -307,7 +345,7 @@ class _Reader:
         except OSError:
             os.close(fd)
             return -1, None
-        if len(self.held) < self.hold_limit:
+        if hold and len(self.held) < self.hold_limit:
             self.held.add(fd)
             return fd, data
         os.close(fd)
@@ -315,14 +353,14 @@ class _Reader:
 
     def release(self, entry: _Entry) -> None:
         """Close the files held for ``entry`` (it went away, or is not read often enough to hold them)."""
-        for fd in (entry.stat_fd, entry.wchan_fd):
+        for fd in (entry.stat_fd, entry.sched_fd):
             if fd >= 0:
                 self.held.discard(fd)
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        entry.stat_fd = entry.wchan_fd = -1
+        entry.stat_fd = entry.sched_fd = -1
 
     def trim(self, entries: Iterable[_Entry]) -> None:
         """Release held files until at most ``hold_limit`` remain."""
@@ -349,6 +387,19 @@ class _Reader:
         """Refresh ``entry``; False when the process is gone."""
         if not self.have_proc:
             return self._read_psutil(entry, now, wall, with_cpu)
+        if entry.threads == 1 and now - entry.stat_at < STAT_MAX_AGE:
+            fd = entry.sched_fd
+            if fd >= 0:
+                try:
+                    sched: Optional[bytes] = os.pread(fd, 128, 0)
+                except OSError:
+                    return False
+            else:
+                entry.sched_fd, sched = self._read(fd, entry.sched_path, 128)
+            if sched and sched == entry.sched:  # it did not run: nothing in its stat or wchan moved
+                self._unchanged(entry, now, wall, with_cpu, ran=False)
+                return True
+            entry.sched = sched or b""
         fd = entry.stat_fd
         if fd >= 0:  # the common case, inline
             try:
@@ -359,23 +410,17 @@ class _Reader:
             entry.stat_fd, data = self._read(fd, entry.stat_path, 4096)
         if not data:
             return False
+        entry.stat_at = now
         if data == entry.raw:  # nothing in stat changed: same process, state, parent, cpu ticks and rss
-            cpu, wchan = entry.cpu, entry.wchan
-            if with_cpu:
-                if entry.read_at > 0.0 and now > entry.read_at:
-                    entry.cpu = 0.0  # no tick since the last reading
-                else:
-                    self._cpu(entry, entry.ticks, now, wall)
-            entry.read_at = now
-            if entry.state != "R" and not entry.kthread and now - entry.wchan_at >= WCHAN_MAX_AGE:
-                self._wchan(entry, now, False)
-            entry.changed = entry.cpu != cpu or entry.wchan != wchan
+            self._unchanged(entry, now, wall, with_cpu, ran=True)
             return True
         entry.changed = True
+        entry.unchanged = 0
         st = _parse_stat(data, entry.pid)
         if st is None:
             return False
         entry.raw = data
+        entry.threads = _threads(data)
         comm, state, ppid, flags, ticks, start_ticks, rss, _ = st
         if comm != entry.comm and start_ticks == entry.start_ticks:  # exec'd: new name and cmdline
             entry.comm = comm
@@ -383,7 +428,7 @@ class _Reader:
         if start_ticks != entry.start_ticks:  # new process (or pid reused): static fields again
             entry.start_ticks = start_ticks
             entry.comm = comm
-            entry.kthread = bool(flags & PF_KTHREAD) or ppid == 2 or entry.pid == 2
+            entry.kthread = bool(flags & PF_KTHREAD)  # not "pid 2": in a PID namespace (a container) it is a process
             entry.start = round(self.btime + start_ticks / CLK_TCK, 2)
             entry.cpu = None
             entry.read_at = 0.0
@@ -402,19 +447,29 @@ class _Reader:
         self._wchan(entry, now, state_changed)
         return True
 
+    def _unchanged(self, entry: _Entry, now: float, wall: float, with_cpu: bool, ran: bool) -> None:
+        """A reading that found nothing new: no CPU since the last one.
+
+        ``ran``: it may have run (an identical ``stat``): wchan is read again every ``WCHAN_IDLE_AGE`` s;
+        not at all when it surely did not (an identical ``schedstat``)."""
+        cpu, wchan = entry.cpu, entry.wchan
+        if with_cpu:
+            if entry.read_at > 0.0 and now > entry.read_at:
+                entry.cpu = 0.0  # no tick since the last reading
+            else:
+                self._cpu(entry, entry.ticks, now, wall)
+        entry.read_at = now
+        entry.unchanged += 1
+        if ran and entry.state != "R" and not entry.kthread and now - entry.wchan_at >= WCHAN_IDLE_AGE:
+            self._wchan(entry, now, False)
+        entry.changed = entry.cpu != cpu or entry.wchan != wchan
+
     def _wchan(self, entry: _Entry, now: float, state_changed: bool) -> None:
         """Read wchan unless running / a kernel thread, or the cached one is recent and the state the same."""
         if entry.state == "R" or entry.kthread:
             entry.wchan = None
         elif state_changed or now - entry.wchan_at >= WCHAN_MAX_AGE:
-            fd = entry.wchan_fd
-            if fd >= 0:
-                try:
-                    data: Optional[bytes] = os.pread(fd, 256, 0)
-                except OSError:
-                    data = None
-            else:
-                entry.wchan_fd, data = self._read(fd, entry.wchan_path, 256)
+            data = self._read(-1, entry.wchan_path, 256, hold=False)[1]
             text = data.strip().decode("ascii", "replace") if data else ""
             entry.wchan = None if text in ("", "0") else text
             entry.wchan_at = now
@@ -559,7 +614,7 @@ class ProcSampler:
         """Close the /proc files held open between readings."""
         self._reader.close()
         for e in self._entries.values():
-            e.stat_fd = e.wchan_fd = -1
+            e.stat_fd = e.sched_fd = -1
 
     def _list(self, now: float) -> int:
         """List /proc: new pids get an entry (read this sample), vanished ones are dropped; -> new pids."""
@@ -568,11 +623,11 @@ class ProcSampler:
         entries = self._entries
         live = _list_pids()
         live_set = set(live)
-        dead = [p for p in entries if p not in live_set]
+        dead = [entries.pop(p) for p in [p for p in entries if p not in live_set]]
         release = self._reader.release
-        for pid in dead:
-            release(entries.pop(pid))
-        self._orphans(dead)
+        for entry in dead:
+            release(entry)
+        self._went_away(dead)
         new = 0
         for pid in live:
             if pid not in entries:
@@ -582,14 +637,26 @@ class ProcSampler:
             self._members_changed = True
         return new
 
-    def _orphans(self, dead: List[int]) -> None:
+    def _went_away(self, dead: List[_Entry]) -> None:
+        """Processes went away: read their children (reparented) and parents (reaping) at the next sample."""
         if not dead:
             return
         self._members_changed = True
-        dead_set = set(dead)
-        for e in self._entries.values():  # orphans get reparented: read them now
-            if e.ppid in dead_set:
+        dead_set = {e.pid for e in dead}
+        for e in self._entries.values():
+            if e.ppid in dead_set:  # reparented without running: its stat must be read
                 e.next_read = 0.0
+                e.sched = b""
+        for e in dead:
+            self._wake(e.ppid)
+
+    def _wake(self, pid: int) -> None:
+        """Read ``pid`` and its wchan at the next sample (a child of it came or went: it forked or reaps)."""
+        entry = self._entries.get(pid)
+        if entry is not None and not entry.kthread:
+            entry.next_read = 0.0
+            entry.sched = b""
+            entry.wchan_at = -1e9
 
     def sample(self, gpu_mem_by_pid: Optional[Dict[int, Any]] = None) -> Optional[Dict[str, Any]]:
         gpu_mem = gpu_mem_by_pid or {}
@@ -604,7 +671,7 @@ class ProcSampler:
         read = self._reader.read
         touched: List[int] = []  # read, and something a record carries changed
         read_pids: List[int] = []  # read (kept under proc_root only)
-        dead: List[int] = []
+        dead: List[_Entry] = []
         track_parents = self.root is not None
         primed = self._primed
         for entry in list(entries.values()):
@@ -618,8 +685,8 @@ class ProcSampler:
             except Starved:
                 continue  # unknown this time; read again at the next sample
             if not alive:
-                self._reader.release(entries.pop(pid))
-                dead.append(pid)
+                self._reader.release(entry)
+                dead.append(entries.pop(pid))
                 self._next_list = 0.0  # list at the next sample: its pid may be in use again already
                 continue
             if entry.changed:
@@ -632,8 +699,10 @@ class ProcSampler:
                 self._members_changed = True
             if not primed:
                 entry.first_seen = -1e9  # already there when we started: not "new"
+            elif entry.first_seen == now:
+                self._wake(entry.ppid)  # its first reading: the parent just forked it
             entry.next_read = self._next_read(entry, now)
-        self._orphans(dead)  # read at the next sample
+        self._went_away(dead)  # read at the next sample
         self._primed = True
         members_changed = self._members_changed
         if members_changed:
@@ -663,7 +732,8 @@ class ProcSampler:
         hot = (e.cpu or 0.0) > 0.0 or e.state in ("R", "D") or now - e.first_seen < HOT_NEW
         if hot:
             return 0.0
-        return now + COLD_PERIOD * (0.6 + 0.8 * self._random())  # staggered over 0.6-1.4 periods
+        period = DORMANT_PERIOD if e.unchanged >= DORMANT_AFTER else COLD_PERIOD
+        return now + period * (0.6 + 0.8 * self._random())  # staggered over 0.6-1.4 periods
 
     def _frame(
         self, visible: set, touched: List[int], gpu_mem: Dict[int, Any], now: float, members_changed: bool
