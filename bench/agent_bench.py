@@ -230,9 +230,9 @@ def sim_overhead(state_file: str, pids: list, samples: int, pace: float = 0.5) -
     for _ in range(samples):
         for name, sampler in (("sim", sim), ("stub", stub)):
             time.sleep(pace)
-            t = time.process_time()
+            t = time.thread_time()
             sampler.sample()
-            totals[name] += time.process_time() - t
+            totals[name] += time.thread_time() - t
     sim.close()
     out = {k: v / samples * 1000.0 for k, v in totals.items()}
     out["overhead"] = max(0.0, out["sim"] - out["stub"])
