@@ -292,6 +292,10 @@ class FleetApp(App):
                 severity="error" if sev in ("error", "critical") else "warning" if sev == "warning" else "information",
                 timeout=8,
             )
+            screen = self.screen
+            if isinstance(screen, InstanceScreen) and screen.instance_name == name:
+                screen.action_tab(3)  # the verdict with its evidence lines
+                screen.update_from_state(force=True)
 
         await asyncio.gather(*(one(n) for n in names))
 

@@ -274,6 +274,24 @@ async def test_diagnose_key_stores_and_shows_the_verdict(tmp_path: Path) -> None
         assert summary[:30] in screen_text(app).replace("\n", " ") or summary[:20] in screen_text(app)
 
 
+async def test_diagnose_from_the_instance_screen_shows_its_diagnosis_tab(tmp_path: Path) -> None:
+    app = make_app(tmp_path, names=("alpha",))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="live agent")
+        await open_screen(pilot, app)
+        await pilot.press("2")  # on the process tree
+        await pilot.pause(0.2)
+        tabs = app.screen.query_one("#inst-tabs")
+        assert tabs.active == "tab-procs"
+        await pilot.press("d")
+        inst = app.state.get("alpha")
+        await wait_until(pilot, lambda: inst.diagnosis is not None, timeout=90, what="diagnosis")
+        await wait_until(pilot, lambda: tabs.active == "tab-diag", what="the Diagnosis tab")
+        await pilot.pause(0.3)
+        summary = inst.diagnosis["verdict"].get("summary") or inst.diagnosis["verdict"]["code"]
+        assert summary[:20] in screen_text(app)
+
+
 async def test_probe_menu_by_key_runs_the_probe(tmp_path: Path) -> None:
     app = make_app(tmp_path, names=("alpha",))
     async with app.run_test(size=(80, 24)) as pilot:
