@@ -82,7 +82,10 @@ class GpuState:
 
 
 class LogRing:
-    """The tail of one followed file: ``(line_number, text)`` pairs, capped."""
+    """The tail of one followed file: ``(line_number, text)`` pairs, capped; ``(0, text)`` marks an event.
+
+    A frame's lines replace those the ring holds from its ``first_line`` on (docs/architecture.md).
+    """
 
     __slots__ = ("event", "lines", "missing", "path", "updated")
 
@@ -103,6 +106,9 @@ class LogRing:
             self.missing = False
             if first_line is None:
                 first_line = (self.lines[-1][0] + 1) if self.lines else 1
+            ring = self.lines
+            while ring and ring[-1][0] >= first_line:  # lines sent again replace theirs: a progress line that
+                ring.pop()  # moved on (``partial``), or a backlog after a reconnect (a marker, 0, stops it)
             for i, text in enumerate(lines):
                 self.lines.append((first_line + i, text))
         self.updated = now

@@ -180,6 +180,38 @@ def test_log_events_are_recorded() -> None:
     assert ring.event == "truncated"
 
 
+def test_a_progress_line_and_a_reconnect_backlog_replace_lines_not_repeat_them(tmp_path: Path, monkeypatch) -> None:
+    from console.agent import logs as logs_mod
+    from console.agent.logs import LogFollower
+
+    monkeypatch.setattr(logs_mod, "PARTIAL_AFTER", 0.0)  # send the line being written at once
+    log = tmp_path / "setup.log"
+    log.write_text("[setup] fetching proof parameters\n")
+    cfg = {"logs": [str(log)], "watch_dirs": [], "backlog_lines": 200, "max_line_chars": 4096}
+    state, _ = make_state("a")
+    connect(state, "a")
+
+    def feed(follower: LogFollower) -> None:
+        for frame in follower.poll():
+            state.apply_frame("a", dict(frame, type="log", ts=0))
+
+    follower = LogFollower(cfg)
+    feed(follower)
+    for step in ("\r###  12.6%", "\r##########  75.5%", "\r############# 100.0%\n[setup] parameters ok\n"):
+        with log.open("a") as fh:
+            fh.write(step)
+        feed(follower)
+    ring = state.get("a").logs[str(log)]
+    expected = [
+        (1, "[setup] fetching proof parameters"),
+        (2, "############# 100.0%"),
+        (3, "[setup] parameters ok"),
+    ]
+    assert list(ring.lines) == expected
+    feed(LogFollower(cfg))  # the agent again after a reconnect: its backlog of the same lines
+    assert list(ring.lines) == expected
+
+
 def test_procs_full_then_upsert_and_gone() -> None:
     state, _ = make_state("a")
     connect(state, "a")
