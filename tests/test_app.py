@@ -289,7 +289,9 @@ async def test_diagnose_from_the_instance_screen_shows_its_diagnosis_tab(tmp_pat
         await wait_until(pilot, lambda: tabs.active == "tab-diag", what="the Diagnosis tab")
         await pilot.pause(0.3)
         summary = inst.diagnosis["verdict"].get("summary") or inst.diagnosis["verdict"]["code"]
-        assert summary[:20] in screen_text(app)
+        text = screen_text(app)
+        assert summary[:20] in text
+        assert "What was checked" in text and "processes" in text and "name=" not in text  # not a dict dump
 
 
 async def test_probe_menu_by_key_runs_the_probe(tmp_path: Path) -> None:

@@ -26,6 +26,9 @@ SEVERITY_STYLE = {"critical": "bold reverse red", "error": "bold red", "warning"
 TABS = ("tab-gpus", "tab-procs", "tab-logs", "tab-diag", "tab-probes")
 
 
+STEP_STYLE = {"ok": "green", "problem": "bold red", "info": "", "skipped": "dim"}
+
+
 def diagnosis_text(inst: InstanceState) -> Text:
     diag = inst.diagnosis
     text = Text()
@@ -58,10 +61,17 @@ def diagnosis_text(inst: InstanceState) -> Text:
             text.append("\n")
     steps = diag.get("steps") or []
     if steps:
-        text.append("\nSteps\n", "bold")
+        text.append("\nWhat was checked\n", "bold")
         for step in steps:
-            line = " ".join("%s=%s" % (k, v) for k, v in step.items()) if isinstance(step, dict) else str(step)
-            text.append("  · %s\n" % line, "dim")
+            if not isinstance(step, dict):
+                text.append("  · %s\n" % step, "dim")
+                continue
+            status = str(step.get("status") or "")
+            text.append("  %-11s" % step.get("name", "?"))
+            text.append("%-8s" % status, STEP_STYLE.get(status, "dim"))
+            text.append("%s\n" % (step.get("summary") or ""))
+            for line in step.get("lines") or []:
+                text.append("      %s\n" % line, "dim")
     return text
 
 
