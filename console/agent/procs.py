@@ -388,26 +388,12 @@ class _Reader:
         if not self.have_proc:
             return self._read_psutil(entry, now, wall, with_cpu)
         if entry.threads == 1 and now - entry.stat_at < STAT_MAX_AGE:
-            fd = entry.sched_fd
-            if fd >= 0:
-                try:
-                    sched: Optional[bytes] = os.pread(fd, 128, 0)
-                except OSError:
-                    return False
-            else:
-                entry.sched_fd, sched = self._read(fd, entry.sched_path, 128)
+            entry.sched_fd, sched = self._read(entry.sched_fd, entry.sched_path, 128)
             if sched and sched == entry.sched:  # it did not run: nothing in its stat or wchan moved
                 self._unchanged(entry, now, wall, with_cpu, ran=False)
                 return True
-            entry.sched = sched or b""
-        fd = entry.stat_fd
-        if fd >= 0:  # the common case, inline
-            try:
-                data: Optional[bytes] = os.pread(fd, 4096, 0)
-            except OSError:
-                return False
-        else:
-            entry.stat_fd, data = self._read(fd, entry.stat_path, 4096)
+            entry.sched = sched or b""  # changed, or unreadable: the stat read tells whether it is gone
+        entry.stat_fd, data = self._read(entry.stat_fd, entry.stat_path, 4096)
         if not data:
             return False
         entry.stat_at = now
