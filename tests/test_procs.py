@@ -231,6 +231,9 @@ def test_proc_is_listed_only_when_tasks_change(children, monkeypatch):
 
 def test_unchanged_stat_is_not_parsed_and_gives_zero_cpu(children, monkeypatch):
     child = children(["sleep", "300"])
+    # past its start-up (exec, dynamic loading): from then on its stat stays the same
+    _until(lambda: [r for r in read_process_table({"proc_root": child.pid}) if r["name"] == "sleep"])
+    time.sleep(0.2)
     sampler = ProcSampler({"proc_root": child.pid}, backend="proc")
     _until(lambda: sampler.sample({child.pid: None}) and child.pid in sampler._entries)
     parsed = []
