@@ -476,3 +476,19 @@ def test_an_idle_orphan_shows_its_new_parent(children, monkeypatch):
         assert parent.pid not in table
     finally:
         os.kill(orphan, signal.SIGKILL)
+
+
+def test_without_schedstat_every_reading_reads_stat(children, monkeypatch):
+    """A kernel without CONFIG_SCHED_INFO has no /proc/PID/schedstat: the stat alone tells what changed."""
+    child = children(["sleep", "300"])
+    time.sleep(0.3)
+    sampler = ProcSampler({"proc_root": child.pid}, backend="proc")
+    sampler._reader.have_schedstat = False
+    on_gpu = {child.pid: None}
+    table = _apply({}, sampler.sample(on_gpu))
+    for _ in range(3):
+        table = _apply(table, sampler.sample(on_gpu))
+    entry = sampler._entries[child.pid]
+    assert entry.sched_fd == -1 and entry.unchanged >= 2 and table[child.pid]["cpu"] == 0.0
+    os.kill(child.pid, signal.SIGSTOP)
+    _until(lambda: _apply(table, sampler.sample(on_gpu))[child.pid]["state"] in ("T", "t"), timeout=5)

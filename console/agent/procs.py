@@ -319,6 +319,7 @@ class _Reader:
     def __init__(self, backend: str, hold_limit: Optional[int] = None) -> None:
         self.use_psutil = backend == "psutil"
         self.have_proc = os.path.isdir(PROC + "/self")
+        self.have_schedstat = os.path.exists(PROC + "/self/schedstat")  # not without CONFIG_SCHED_INFO
         self.btime = boot_time()
         self.hold_limit = _hold_limit() if hold_limit is None else hold_limit
         self.held: set = set()
@@ -387,7 +388,7 @@ class _Reader:
         """Refresh ``entry``; False when the process is gone."""
         if not self.have_proc:
             return self._read_psutil(entry, now, wall, with_cpu)
-        if entry.threads == 1 and now - entry.stat_at < STAT_MAX_AGE:
+        if entry.threads == 1 and self.have_schedstat and now - entry.stat_at < STAT_MAX_AGE:
             entry.sched_fd, sched = self._read(entry.sched_fd, entry.sched_path, 128)
             if sched and sched == entry.sched:  # it did not run: nothing in its stat or wchan moved
                 self._unchanged(entry, now, wall, with_cpu, ran=False)
