@@ -59,7 +59,7 @@ except Exception:  # ImportError or a broken install
 PROC = "/proc"
 MAX_CMDLINE = 1024
 COLD_PERIOD = 5.0  # seconds between readings of an idle sleeping process
-DORMANT_PERIOD = 10.0  # ... and of one whose /proc/PID/stat did not change in DORMANT_AFTER readings
+DORMANT_PERIOD = 10.0  # ... and of one whose last DORMANT_AFTER readings found nothing new
 DORMANT_AFTER = 3
 HOT_NEW = 10.0  # a process is hot for this many seconds after it appears
 OUTSIDE_PERIOD = 30.0  # processes outside proc_root's subtree (for ppid changes / pid reuse)
@@ -278,7 +278,7 @@ class _Entry:
         self.wchan_path = "%s/%d/wchan" % (PROC, pid)
         self.stat_fd = self.sched_fd = -1  # held open by the reader (-1: opened and closed per reading)
         self.changed = True  # the last reading changed something a record carries
-        self.unchanged = 0  # readings in a row whose /proc/PID/stat was byte-identical to the one before
+        self.unchanged = 0  # readings in a row that found nothing new (schedstat or stat byte-identical)
 
     def record(self, gpu_mem: Optional[int]) -> Dict[str, Any]:
         return {
@@ -311,9 +311,9 @@ class _Reader:
     ``/proc/PID/stat`` and ``schedstat`` of up to ``hold_limit / 2`` processes stay open between readings
     and are read again with ``pread`` at offset 0 (the kernel regenerates them): about half the cost of
     open + read + close, for ~4 KB of kernel memory per open file (its seq_file buffer); ``wchan``, read
-    far less often, is opened each time.  A held file
-    belongs to that process, not to its pid number: once the process is reaped the read fails (ESRCH),
-    also when the pid is in use again, and the entry is dropped like any process that went away.
+    far less often, is opened each time.  A held file belongs to that process, not to its pid number:
+    once the process is reaped the read fails (ESRCH), also when the pid is in use again, and the entry
+    is dropped like any process that went away.
     """
 
     def __init__(self, backend: str, hold_limit: Optional[int] = None) -> None:
