@@ -240,13 +240,9 @@ def sim_overhead(state_file: str, pids: list, samples: int, pace: float = 0.5) -
 
 
 def per_poll_cost(runs: int, code: str) -> float:
-    """CPU ms of one fresh ``python3 -c code`` (its output discarded)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    for _ in range(runs):
-        subprocess.run([sys.executable, "-c", code], check=True, stdout=subprocess.DEVNULL)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return cpu / runs * 1000.0
+    """CPU ms of one fresh ``python3 -c code`` (its output discarded), averaged over ``runs``."""
+    argv = [sys.executable, "-c", code]
+    return sum(_local_cpu_ms(argv, stdout=subprocess.DEVNULL) for _ in range(runs)) / runs
 
 
 def _tree_ticks(pids: list) -> dict:
@@ -287,7 +283,7 @@ def _local_steps(poll: str) -> tuple:
             [user.pw_shell, "-c", "true"], env=dict(env, SSH_CLIENT="127.0.0.1 50000 22"), cwd=user.pw_dir
         ),
         "shell_without_rc": lambda: _local_cpu_ms([user.pw_shell, "-c", "true"], env=env, cwd=user.pw_dir),
-        "local_poll": lambda: _local_cpu_ms([sys.executable, "-c", poll], stdout=subprocess.DEVNULL),
+        "local_poll": lambda: per_poll_cost(1, poll),
     }
     return user.pw_shell, steps
 

@@ -292,12 +292,18 @@ class FleetApp(App):
                 severity="error" if sev in ("error", "critical") else "warning" if sev == "warning" else "information",
                 timeout=8,
             )
-            screen = self.screen
-            if isinstance(screen, InstanceScreen) and screen.instance_name == name:
-                screen.action_tab(3)  # the verdict with its evidence lines
-                screen.update_from_state(force=True)
+            self.show_tab(name, 3)  # the verdict with its evidence lines
 
         await asyncio.gather(*(one(n) for n in names))
+
+    def show_tab(self, name: str, index: int) -> bool:
+        """Show tab ``index`` of ``name``'s screen if that screen is open; False when it is not."""
+        screen = self.screen
+        if not (isinstance(screen, InstanceScreen) and screen.instance_name == name):
+            return False
+        screen.action_tab(index)
+        screen.update_from_state(force=True)
+        return True
 
     def action_restart(self) -> None:
         names = self.targets()
@@ -385,11 +391,7 @@ class FleetApp(App):
             return
         if name in self.state.instances and not self.state.instances[name].probes.get(probe):
             self.state.set_probe_result(name, probe, data or {})
-        screen = self.screen
-        if isinstance(screen, InstanceScreen) and screen.instance_name == name:
-            screen.action_tab(4)
-            screen.update_from_state(force=True)
-        else:
+        if not self.show_tab(name, 4):
             self.notify("%s: probe %s done (Enter, then 5 to read it)" % (name, probe), timeout=6)
 
     async def action_quit(self) -> None:
