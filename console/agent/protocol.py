@@ -11,11 +11,232 @@ import json
 import sys
 import threading
 import time
-from typing import IO, Any, Dict, Optional
+from typing import IO, Any, Dict, List, Literal, Optional, TypedDict  # both in typing since 3.8, the agent's floor
 
 PROTOCOL_VERSION = 1
 FRAME_TYPES = ("hello", "heartbeat", "gpu", "procs", "log", "result", "error")
 MAX_LINE_BYTES = 8 * 1024 * 1024
+
+
+# -- The wire contract -------------------------------------------------------------------------------------------
+# Every frame and result as a TypedDict: the types document the JSON, they cost nothing at run time. A ``total=False``
+# class holds the keys that may be absent (slim frames leave out what the consumer already has; see
+# docs/architecture.md). Python 3.8's typing has no NotRequired, hence the base/extension pairs.
+
+GpuStateName = Literal["ok", "no_gpu", "error"]
+LogEvent = Literal["created", "rotated", "truncated", "missing"]
+Severity = Literal["info", "warning", "error", "critical"]
+
+
+class GpuProc(TypedDict):
+    """One compute process on a device, as NVML (or nvidia-smi) reports it: host pid numbering."""
+
+    pid: int
+    mem: Optional[int]  # bytes; None when NVML does not know it
+
+
+class _GpuDeviceBase(TypedDict):
+    index: int
+
+
+class GpuDevice(_GpuDeviceBase, total=False):
+    """One device in a ``gpu`` frame. Slim frames leave out ``lost``/``error``/null fields/unchanged ``procs``."""
+
+    lost: bool
+    error: Optional[str]
+    util: Optional[int]  # %
+    mem_util: Optional[int]  # %
+    mem_used: Optional[int]  # bytes
+    temp: Optional[int]  # degrees C
+    power: Optional[float]  # watts, 0.1 W
+    sm_clock: Optional[int]  # MHz
+    mem_clock: Optional[int]  # MHz
+    fan: Optional[int]  # %
+    procs: List[GpuProc]
+    # static fields, present in ``full`` frames only
+    name: Optional[str]
+    uuid: Optional[str]
+    mem_total: Optional[int]  # bytes
+    power_limit: Optional[float]  # watts
+
+
+class _FrameBase(TypedDict):
+    type: str
+    ts: float
+
+
+class Features(TypedDict, total=False):
+    psutil: bool
+    gpu: GpuStateName
+    simulated_gpu: bool
+    ops: List[str]
+    agentless: bool
+
+
+class HelloFrame(_FrameBase, total=False):
+    v: int
+    agent_version: str
+    host: str
+    pid: Optional[int]
+    python: Optional[str]
+    features: Features
+    heartbeat_interval: float
+
+
+class HeartbeatFrame(_FrameBase, total=False):
+    seq: int
+    samples: int
+    sent: int
+
+
+class _GpuFrameBase(_FrameBase):
+    state: GpuStateName
+    full: bool
+    devices: List[GpuDevice]
+
+
+class GpuFrame(_GpuFrameBase, total=False):
+    simulated: bool
+    driver: Optional[str]
+    message: Optional[str]
+
+
+class ProcRecord(TypedDict):
+    """One process in a ``procs`` frame (kernel threads are never sent)."""
+
+    pid: int
+    ppid: int
+    name: str
+    cmdline: str
+    state: str  # one letter, e.g. "S"
+    wchan: Optional[str]
+    cpu: Optional[float]  # percent; None in one-shot snapshots
+    rss: Optional[int]  # bytes
+    start: float  # epoch seconds (the host's clock)
+    gpu_mem: Optional[int]  # bytes
+
+
+class ProcsFrame(_FrameBase, total=False):
+    full: bool
+    procs: List[ProcRecord]  # when full
+    upsert: List[ProcRecord]  # when not full
+    gone: List[int]
+
+
+class _LogFrameBase(_FrameBase):
+    path: str
+    lines: List[str]
+    first_line: Optional[int]
+    backlog: bool
+    event: Optional[LogEvent]
+
+
+class LogFrame(_LogFrameBase, total=False):
+    partial: bool
+    skipped: int
+
+
+class _ResultFrameBase(_FrameBase):
+    id: int
+    ok: bool
+
+
+class ResultFrame(_ResultFrameBase, total=False):
+    data: Any  # one of the op results below, by the request's op
+    error: str
+
+
+class ErrorFrame(_FrameBase, total=False):
+    message: str
+    id: int
+
+
+Frame = Dict[str, Any]  # any decoded frame, before it is narrowed by its ``type``
+
+
+class _RequestBase(TypedDict):
+    id: int
+    op: str
+
+
+class Request(_RequestBase, total=False):
+    args: Dict[str, Any]
+
+
+# -- op results (``result.data``) ---------------------------------------------------------------------------------
+class Evidence(TypedDict):
+    path: str
+    line: Optional[int]
+    text: str
+
+
+class Verdict(TypedDict):
+    code: str
+    severity: Severity
+    summary: str
+
+
+class _FindingBase(TypedDict):
+    code: str
+    severity: Severity
+    summary: str
+    evidence: List[Evidence]
+
+
+class Finding(_FindingBase, total=False):
+    explanation: str
+
+
+class Step(TypedDict):
+    name: str
+    status: str
+    summary: str
+    lines: List[str]
+
+
+class _DiagnosisBase(TypedDict):
+    verdict: Verdict
+    findings: List[Finding]
+    steps: List[Step]
+
+
+class DiagnosisResult(_DiagnosisBase, total=False):
+    time: float
+
+
+class ProbeResult(TypedDict, total=False):
+    title: str
+    lines: List[str]
+    error: str
+
+
+class _StartedBase(TypedDict):
+    pid: int
+    pgid: int
+    argv: List[str]
+    alive: bool
+
+
+class Started(_StartedBase, total=False):
+    returncode: int
+    log_tail: List[str]
+
+
+class _StopResultBase(TypedDict):
+    stopped: List[int]
+    killed: List[int]
+    survivors: List[int]
+    groups: List[int]
+
+
+class StopResult(_StopResultBase, total=False):
+    matched: List[int]
+
+
+class RestartResult(StopResult, total=False):
+    started: Started
+    log: Optional[str]
+    error: str  # set when the started benchmark died at once
 
 
 class ProtocolError(ValueError):
