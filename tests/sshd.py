@@ -25,10 +25,30 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class Sshd:
-    """One sshd: ``start()``, ``stop()`` (kills it and every session it forked), ``restart()``."""
+def _setenv_lines(env: dict[str, str]) -> list[str]:
+    """One ``SetEnv "NAME=value" ...`` line (sshd keeps only the first SetEnv line it reads).
 
-    def __init__(self, workdir: Path) -> None:
+    sshd_config quoting has no escapes, so values holding quotes or newlines are refused.
+    """
+    words = []
+    for name, value in env.items():
+        if not name.replace("_", "a").isalnum() or name[0].isdigit():
+            raise ValueError(f"bad environment variable name: {name!r}")
+        if any(c in value for c in '"\n\r'):
+            raise ValueError(f"{name}: a value for sshd_config SetEnv cannot hold quotes or newlines")
+        words.append(f'"{name}={value}"')
+    return ["SetEnv " + " ".join(words)] if words else []
+
+
+class Sshd:
+    """One sshd: ``start()``, ``stop()`` (kills it and every session it forked), ``restart()``.
+
+    ``env`` is set in every session the server starts (``SetEnv`` in sshd_config, OpenSSH >= 8.7), after
+    sshd's own defaults, so a ``PATH`` or ``LD_LIBRARY_PATH`` given here is what remote commands see: this
+    is how tests put a fake ``libnvidia-ml.so.1`` or fake binaries in front of an agent started over SSH.
+    """
+
+    def __init__(self, workdir: Path, env: dict[str, str] | None = None) -> None:
         self.dir = workdir
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -62,6 +82,7 @@ class Sshd:
                     "LogLevel ERROR",
                     "MaxStartups 200",
                     "MaxSessions 50",
+                    *_setenv_lines(env or {}),
                 ]
             )
             + "\n"
