@@ -22,10 +22,11 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from console.actions import ReadOnlyError
+from console.status import BADGES, TABLE, THEME_DEFAULTS
 from themes import DEFAULT_THEME, TCSS_PATH, THEMES, next_theme, save_settings, saved_theme
 from widgets.confirm_screen import ConfirmScreen
 from widgets.filter_bar import FilterBar
-from widgets.fleet_grid import BADGES, FleetGrid
+from widgets.fleet_grid import FleetGrid
 from widgets.help_screen import HelpScreen
 from widgets.instance_screen import InstanceScreen
 from widgets.messages import OpenInstance, SelectionChanged
@@ -118,12 +119,7 @@ class FleetApp(App):
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         # the status colours exist under every theme (also Textual's own, picked with --theme)
-        return {
-            "status-stale": "#af87ff",
-            "status-idle": "#ffd75f",
-            "status-connecting": "#8a8a8a",
-            "spark": "#5fafff",
-        }
+        return {**THEME_DEFAULTS, "spark": "#5fafff"}
 
     # -- the frame clock -----------------------------------------------------------------------------
     def paint_frame(self) -> None:
@@ -162,7 +158,7 @@ class FleetApp(App):
             text.append(" · GPUs %d busy / %d idle" % (totals["busy"], totals["idle"]))
             if totals["lost"]:
                 text.append(" / %d lost" % totals["lost"], "bold")
-        trouble = [(s, totals[s]) for s in ("failed", "unreachable", "benchmark_down", "stale", "gpu_idle")]
+        trouble = [(s.name, totals[s.name]) for s in TABLE if s.trouble]
         parts = ["%d %s" % (n, BADGES[s].lower()) for s, n in trouble if n]
         if parts:
             text.append(" · " + ", ".join(parts), "bold")

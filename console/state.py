@@ -15,7 +15,26 @@ import contextlib
 import re
 import time
 from collections import deque
-from typing import Any, Deque, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Set, Tuple, TypedDict, cast
+
+from console.agent.protocol import (
+    DiagnosisResult,
+    ErrorFrame,
+    Frame,
+    GpuDevice,
+    GpuFrame,
+    GpuStateName,
+    HeartbeatFrame,
+    HelloFrame,
+    LogFrame,
+    ProbeResult,
+    ProcRecord,
+    ProcsFrame,
+    ResultFrame,
+)
+from console.inventory import Instance
+from console.status import BAD_LINK, FAILING, LINK_LABELS, RANK, STATUSES
+from console.status import rank as status_rank
 
 HISTORY_SECONDS = 600  # GPU util history: 10 minutes at 1 Hz
 LOG_RING_LINES = 2000  # lines kept per followed file
@@ -30,22 +49,17 @@ IDLE_WINDOW = 30  # samples (seconds) of idleness before an instance is "gpu_idl
 STARTUP_GRACE = 90.0  # seconds after the entrypoint starts during which "no benchmark yet" is not trouble
 BUSY_UTIL = 10  # % from which a GPU counts as busy in the fleet totals
 
-# Derived statuses, worst first; the rank is the sort key ("trouble first").
-STATUSES = ("failed", "unreachable", "benchmark_down", "stale", "gpu_idle", "connecting", "ok")
-RANK = {status: i for i, status in enumerate(STATUSES)}
-TROUBLE = frozenset(("failed", "unreachable", "benchmark_down", "stale", "gpu_idle"))
-BAD_LINK = frozenset(("unreachable", "auth_failed", "hostkey_mismatch", "agent_failed", "closed"))
-LINK_STATUSES = frozenset(("connecting", "connected")) | BAD_LINK
 BAD_SEVERITIES = frozenset(("error", "critical"))
 BENCH_DOWN_CODES = frozenset(("benchmark_down", "benchmark_not_running", "not_running", "bench_down"))
 STATIC_GPU_FIELDS = ("name", "uuid", "mem_total", "power_limit")
-LINK_LABELS = {
-    "unreachable": "unreachable",
-    "auth_failed": "auth failed",
-    "hostkey_mismatch": "host key mismatch",
-    "agent_failed": "agent failed",
-    "closed": "link closed",
-}
+
+
+class ProbeView(TypedDict):
+    """A probe's output as the instance screen shows it."""
+
+    title: str
+    lines: List[str]
+    at: float
 
 
 class GpuState:
@@ -55,8 +69,8 @@ class GpuState:
 
     def __init__(self, index: int) -> None:
         self.index = index
-        self.static: Dict[str, Any] = {}
-        self.sample: Dict[str, Any] = {}
+        self.static: GpuDevice = {"index": index}  # the static fields of the last ``full`` frame
+        self.sample: GpuDevice = {"index": index}  # the last record, ``procs`` filled in when left out
         self.util_hist: Deque[int] = deque(maxlen=HISTORY_SECONDS)
         self.mem_hist: Deque[int] = deque(maxlen=HISTORY_SECONDS)
         self.lost = False
@@ -64,9 +78,10 @@ class GpuState:
         self.error: Optional[str] = None
 
     def get(self, key: str, default: Any = None) -> Any:
-        value = self.sample.get(key)
+        """A field of the last sample, else of the static fields, else ``default``."""
+        value = cast(Dict[str, Any], self.sample).get(key)
         if value is None:
-            value = self.static.get(key, default)
+            value = cast(Dict[str, Any], self.static).get(key, default)
         return default if value is None else value
 
     @property
@@ -124,40 +139,40 @@ class LogRing:
 class InstanceState:
     """Everything known about one instance."""
 
-    def __init__(self, instance: Any) -> None:
+    def __init__(self, instance: Instance) -> None:
         self.instance = instance
         self.name: str = instance.name
         self.host: str = getattr(instance, "host", "") or ""
-        self.port = getattr(instance, "port", None)
-        self.user = getattr(instance, "user", None)
+        self.port: Optional[int] = getattr(instance, "port", None)
+        self.user: Optional[str] = getattr(instance, "user", None)
         self.tags: List[str] = list(getattr(instance, "tags", None) or [])
-        self.transport = getattr(instance, "transport", None)
+        self.transport: Optional[str] = getattr(instance, "transport", None)
         self.link_status = "connecting"
         self.link_detail = ""
         self.ever_connected = False
         self.connected_at: Optional[float] = None
-        self.hello: Dict[str, Any] = {}
+        self.hello: HelloFrame = {"type": "hello", "ts": 0.0}
         self.agentless = bool(getattr(instance, "agentless", False))
         extra = getattr(instance, "agent_extra", None) or {}
         hb = extra.get("heartbeat_interval") if isinstance(extra, dict) else None
         self.heartbeat_interval = float(hb) if isinstance(hb, (int, float)) and hb > 0 else DEFAULT_HEARTBEAT
         self.last_frame: Optional[float] = None  # receipt time (console clock) of the last frame
-        self.last_heartbeat: Dict[str, Any] = {}
-        self.gpu_state: Optional[str] = None  # ok | no_gpu | error | None (no gpu frame yet)
+        self.last_heartbeat: Optional[HeartbeatFrame] = None
+        self.gpu_state: Optional[GpuStateName] = None  # ok | no_gpu | error | None (no gpu frame yet)
         self.gpu_simulated = False
         self.gpu_driver: Optional[str] = None
         self.gpu_message: Optional[str] = None
         self.gpus: Dict[int, GpuState] = {}
-        self.procs: Dict[int, Dict[str, Any]] = {}
+        self.procs: Dict[int, ProcRecord] = {}
         self.procs_version = 0
         self.logs: Dict[str, LogRing] = {}
         self.logs_version = 0
         self.last_log: Optional[Tuple[str, int, str]] = None  # (path, line_no, text)
         self.errors: Deque[Tuple[float, str]] = deque(maxlen=MAX_ERRORS)
-        self.results: Deque[Dict[str, Any]] = deque(maxlen=MAX_ERRORS)
-        self.diagnosis: Optional[Dict[str, Any]] = None
+        self.results: Deque[ResultFrame] = deque(maxlen=MAX_ERRORS)
+        self.diagnosis: Optional[DiagnosisResult] = None
         self.diagnosis_at: Optional[float] = None
-        self.probes: Dict[str, Dict[str, Any]] = {}
+        self.probes: Dict[str, ProbeView] = {}
         self.status = "connecting"
         self.settled_status: Optional[str] = None  # the last status other than "connecting", and its detail
         self.settled_detail = ""
@@ -175,7 +190,7 @@ class InstanceState:
     # -- derived views --------------------------------------------------------------------------
     @property
     def rank(self) -> int:
-        return RANK.get(self.status, len(STATUSES))
+        return status_rank(self.status)
 
     @property
     def simulated(self) -> bool:
@@ -224,7 +239,7 @@ class InstanceState:
             return None
         return max(0.0, now + self.clock_offset - self.entry_started)
 
-    def busiest_process(self) -> Optional[Dict[str, Any]]:
+    def busiest_process(self) -> Optional[ProcRecord]:
         best = None
         best_key = None
         agent_pid = self.hello.get("pid")
@@ -254,8 +269,9 @@ class InstanceState:
         return bool(codes & BENCH_DOWN_CODES)
 
     def verdict_summary(self) -> str:
-        diag = self.diagnosis or {}
-        verdict = diag.get("verdict") or {}
+        if not self.diagnosis:
+            return ""
+        verdict = self.diagnosis.get("verdict") or {}
         return str(verdict.get("summary") or verdict.get("code") or "")
 
 
@@ -306,7 +322,7 @@ def format_age(seconds: float) -> str:
 class FleetState:
     """All instances; fed by links and the controller, read by the UI."""
 
-    def __init__(self, clock=time.time) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
         self.instances: Dict[str, InstanceState] = {}
         self._dirty: Set[str] = set()
@@ -315,7 +331,7 @@ class FleetState:
         self.frames = 0
 
     # -- feeding ----------------------------------------------------------------------------------
-    def add_instance(self, instance: Any) -> InstanceState:
+    def add_instance(self, instance: Instance) -> InstanceState:
         inst = self.instances.get(instance.name)
         if inst is None:
             inst = InstanceState(instance)
@@ -359,7 +375,7 @@ class FleetState:
             inst.status_detail = detail
             self._touch(inst, now)
 
-    def apply_frame(self, name: str, frame: Dict[str, Any], now: Optional[float] = None) -> None:
+    def apply_frame(self, name: str, frame: Frame, now: Optional[float] = None) -> None:
         inst = self.instances.get(name)
         if inst is None:
             return
@@ -368,7 +384,7 @@ class FleetState:
         self.frames += 1
         inst.last_frame = now
         kind = frame.get("type")
-        handler = _HANDLERS.get(kind)
+        handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
         if handler is not None:
             handler(inst, frame, now)
         if kind != "heartbeat" or inst.status == "stale":
@@ -390,7 +406,7 @@ class FleetState:
         self._touch(inst, now)
         self._rederive(inst, now)
 
-    def set_diagnosis(self, name: str, data: Optional[Dict[str, Any]]) -> None:
+    def set_diagnosis(self, name: str, data: Optional[DiagnosisResult]) -> None:
         inst = self.instances.get(name)
         if inst is None:
             return
@@ -400,7 +416,7 @@ class FleetState:
         self._touch(inst, now)
         self._rederive(inst, now)
 
-    def set_probe_result(self, name: str, probe: str, data: Dict[str, Any]) -> None:
+    def set_probe_result(self, name: str, probe: str, data: ProbeResult) -> None:
         inst = self.instances.get(name)
         if inst is None:
             return
@@ -444,7 +460,7 @@ class FleetState:
             out[status] = 0
         for inst in self.instances.values():
             out[inst.status] += 1
-            if inst.status in ("failed", "unreachable", "benchmark_down"):
+            if inst.status in FAILING:
                 out["failing"] += 1
             for gpu in inst.gpus.values():
                 out["gpus"] += 1
@@ -475,7 +491,8 @@ def matches(inst: InstanceState, query: str) -> bool:
 
 
 # -- frame handlers (hot path) --------------------------------------------------------------------------
-def _on_hello(inst: InstanceState, frame: Dict[str, Any], now: float) -> None:
+def _on_hello(inst: InstanceState, raw: Frame, now: float) -> None:
+    frame = cast(HelloFrame, raw)
     inst.hello = frame
     features = frame.get("features") or {}
     # Each session says again whether it is agentless: a host that got python3 since runs the agent.
@@ -491,16 +508,17 @@ def _on_hello(inst: InstanceState, frame: Dict[str, Any], now: float) -> None:
         inst.heartbeat_interval = float(hb)
 
 
-def _on_heartbeat(inst: InstanceState, frame: Dict[str, Any], now: float) -> None:
-    inst.last_heartbeat = frame
+def _on_heartbeat(inst: InstanceState, raw: Frame, now: float) -> None:
+    inst.last_heartbeat = cast(HeartbeatFrame, raw)
 
 
-def _on_gpu(inst: InstanceState, frame: Dict[str, Any], now: float) -> None:
+def _on_gpu(inst: InstanceState, raw: Frame, now: float) -> None:
+    frame = cast(GpuFrame, raw)
     inst.gpu_state = frame.get("state")
     inst.gpu_simulated = bool(frame.get("simulated")) or inst.gpu_simulated
     inst.gpu_driver = frame.get("driver") or inst.gpu_driver
     inst.gpu_message = frame.get("message")
-    devices = frame.get("devices") or ()
+    devices: Iterable[GpuDevice] = frame.get("devices") or ()
     full = frame.get("full")
     gpus = inst.gpus
     seen = set()
@@ -514,11 +532,12 @@ def _on_gpu(inst: InstanceState, frame: Dict[str, Any], now: float) -> None:
         if gpu is None:
             gpu = gpus[index] = GpuState(index)
         if full:
+            static, given = cast(Dict[str, Any], gpu.static), cast(Dict[str, Any], dev)
             for key in STATIC_GPU_FIELDS:
-                if key in dev:
-                    gpu.static[key] = dev[key]
+                if key in given:
+                    static[key] = given[key]
         if "procs" not in dev:  # the agent leaves out a device's procs while they are unchanged
-            dev = dict(dev, procs=gpu.sample.get("procs") or [])
+            dev = cast(GpuDevice, dict(dev, procs=gpu.sample.get("procs") or []))
         gpu.sample = dev
         gpu.lost = bool(dev.get("lost"))
         gpu.missing = False
@@ -537,7 +556,8 @@ def _on_gpu(inst: InstanceState, frame: Dict[str, Any], now: float) -> None:
         inst._idle_count = inst._idle_count + 1 if all_idle else 0
 
 
-def _on_procs(inst: InstanceState, frame: Dict[str, Any], now: float) -> None:
+def _on_procs(inst: InstanceState, raw: Frame, now: float) -> None:
+    frame = cast(ProcsFrame, raw)
     procs = inst.procs
     if frame.get("full"):
         procs.clear()
@@ -567,7 +587,8 @@ def _on_procs(inst: InstanceState, frame: Dict[str, Any], now: float) -> None:
             inst.clock_offset = float(ts) - now  # the host's clock minus ours: process start times are theirs
 
 
-def _on_log(inst: InstanceState, frame: Dict[str, Any], now: float) -> None:
+def _on_log(inst: InstanceState, raw: Frame, now: float) -> None:
+    frame = cast(LogFrame, raw)
     path = frame.get("path") or "?"
     ring = inst.logs.get(path)
     if ring is None:
@@ -584,15 +605,16 @@ def _on_log(inst: InstanceState, frame: Dict[str, Any], now: float) -> None:
     inst.logs_version += 1
 
 
-def _on_result(inst: InstanceState, frame: Dict[str, Any], now: float) -> None:
-    inst.results.append(frame)
+def _on_result(inst: InstanceState, raw: Frame, now: float) -> None:
+    inst.results.append(cast(ResultFrame, raw))
 
 
-def _on_error(inst: InstanceState, frame: Dict[str, Any], now: float) -> None:
+def _on_error(inst: InstanceState, raw: Frame, now: float) -> None:
+    frame = cast(ErrorFrame, raw)
     inst.errors.append((now, str(frame.get("message") or "")))
 
 
-_HANDLERS = {
+_HANDLERS: Dict[str, Callable[[InstanceState, Frame, float], None]] = {
     "hello": _on_hello,
     "heartbeat": _on_heartbeat,
     "gpu": _on_gpu,

@@ -1,0 +1,82 @@
+"""The one table of instance statuses: name, rank, badge, colour and whether it is trouble.
+
+The fleet state derives a status per instance (``console/state.py``); the grid, the instance screen, the
+header and the command line read its badge, colour and rank from here, so adding a status is one row.
+Link statuses (what the SSH link reports) are a second, smaller table: every bad one shows as UNREACHABLE
+with its own label in the detail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+
+@dataclass(frozen=True)
+class Status:
+    """One derived status. ``rank`` sorts trouble first; ``theme_var`` names the TCSS variable of its colour."""
+
+    name: str
+    rank: int
+    badge: str
+    theme_var: str
+    trouble: bool  # counted as trouble in the header and filters
+    failing: bool  # counted as "failing" in the fleet totals
+
+
+FAILED: Final = "failed"
+UNREACHABLE: Final = "unreachable"
+BENCHMARK_DOWN: Final = "benchmark_down"
+STALE: Final = "stale"
+GPU_IDLE: Final = "gpu_idle"
+CONNECTING: Final = "connecting"
+OK: Final = "ok"
+
+# Worst first: the order is the rank.
+TABLE: Final[tuple[Status, ...]] = (
+    Status(FAILED, 0, "FAILED", "error", trouble=True, failing=True),
+    Status(UNREACHABLE, 1, "UNREACHABLE", "error", trouble=True, failing=True),
+    Status(BENCHMARK_DOWN, 2, "BENCH DOWN", "warning", trouble=True, failing=True),
+    Status(STALE, 3, "STALE", "status-stale", trouble=True, failing=False),
+    Status(GPU_IDLE, 4, "GPU IDLE", "status-idle", trouble=True, failing=False),
+    Status(CONNECTING, 5, "CONNECTING", "status-connecting", trouble=False, failing=False),
+    Status(OK, 6, "OK", "success", trouble=False, failing=False),
+)
+BY_NAME: Final[dict[str, Status]] = {s.name: s for s in TABLE}
+STATUSES: Final[tuple[str, ...]] = tuple(s.name for s in TABLE)
+RANK: Final[dict[str, int]] = {s.name: s.rank for s in TABLE}
+TROUBLE: Final[frozenset[str]] = frozenset(s.name for s in TABLE if s.trouble)
+FAILING: Final[frozenset[str]] = frozenset(s.name for s in TABLE if s.failing)
+BADGES: Final[dict[str, str]] = {s.name: s.badge for s in TABLE}
+THEME_VARS: Final[dict[str, str]] = {s.name: s.theme_var for s in TABLE}
+
+# Colours of the theme variables that are ours (Textual's own themes lack them; every theme gets these defaults).
+THEME_DEFAULTS: Final[dict[str, str]] = {
+    "status-stale": "#af87ff",
+    "status-idle": "#ffd75f",
+    "status-connecting": "#8a8a8a",
+}
+
+# What the link reports (console/link): connecting, connected, or one of the bad ones with its label.
+LINK_CONNECTING: Final = "connecting"
+LINK_CONNECTED: Final = "connected"
+LINK_LABELS: Final[dict[str, str]] = {
+    "unreachable": "unreachable",
+    "auth_failed": "auth failed",
+    "hostkey_mismatch": "host key mismatch",
+    "agent_failed": "agent failed",
+    "closed": "link closed",
+}
+BAD_LINK: Final[frozenset[str]] = frozenset(LINK_LABELS)
+LINK_STATUSES: Final[frozenset[str]] = frozenset((LINK_CONNECTING, LINK_CONNECTED)) | BAD_LINK
+
+
+def rank(name: str) -> int:
+    """The sort rank of a status name; unknown names sort last."""
+    return RANK.get(name, len(TABLE))
+
+
+def badge(name: str) -> str:
+    """The badge text of a status name (its upper-cased name when unknown)."""
+    status = BY_NAME.get(name)
+    return status.badge if status else name.upper()
