@@ -125,3 +125,14 @@ def test_restart_and_stop_ops(chains: Harness) -> None:
     data = OPS["stop_benchmark"](FakeAgent(), {})
     assert pids <= set(data["stopped"])
     assert wait_for(lambda: not chains.bench_pids(), timeout=10)
+
+
+def test_a_start_that_dies_at_once_brings_the_tail_of_its_log(chains: Harness) -> None:
+    (chains.logdir / "restart.log").write_text("a line from an older run\n")
+    start = ["/bin/sh", "-c", "echo loading params; echo 'error: /data/params missing' >&2; exit 3"]
+    result = rs.restart(chains.config(start=start), check_seconds=5.0)
+    started = result["started"]
+    assert started["alive"] is False and started["returncode"] == 3
+    # this start's lines only: not the older run's, not the agent's own restart marker
+    assert started["log_tail"] == ["loading params", "error: /data/params missing"]
+    assert "died" in result["error"]

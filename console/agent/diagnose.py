@@ -4,7 +4,7 @@
 ``analyze(facts)`` is a pure function from those facts to
 ``{"verdict": {code, severity, summary}, "findings": [...], "steps": [...]}``
 (see docs/architecture.md). ``diagnose(config, gpu_sampler=None)`` does both; the ``diagnose`` op
-calls it with the agent's config and GPU sampler.
+(``console.agent.ops``) calls it with the agent's config and GPU sampler.
 """
 
 from __future__ import annotations
@@ -13,14 +13,13 @@ import os
 import re
 import subprocess
 import time
-from typing import Any, Dict, List, Optional, Pattern, Tuple
+from typing import Any, Dict, List, Optional, Pattern, Tuple, cast
 
 from . import signatures
-from .config import as_list, compile_patterns
-from .ops import op
+from .config import DEFAULTS, AgentConfig, as_list, compile_patterns, plain
+from .protocol import DiagnosisResult
+from .timefmt import fmt_age
 
-DEFAULT_STALL_SECONDS = 120.0
-STARTUP_GRACE_SECONDS = 90.0  # an entrypoint younger than this is still setting up
 # what a young entrypoint that is still fetching inputs looks like; not trouble until the grace is over
 STARTUP_SYMPTOMS = frozenset(("benchmark_not_running", "waiting_on_child", "gpu_idle", "missing_input"))
 TAIL_LINES = 2000
@@ -111,15 +110,6 @@ def _matches(rec: Dict[str, Any], pats: List[Pattern[str]]) -> bool:
 def _short(text: str, n: int = 160) -> str:
     text = text.strip()
     return text if len(text) <= n else text[: n - 1] + "…"
-
-
-def fmt_age(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    if seconds < 120:
-        return "%ds" % seconds
-    if seconds < 7200:
-        return "%dm %02ds" % (seconds // 60, seconds % 60)
-    return "%dh %02dm" % (seconds // 3600, (seconds % 3600) // 60)
 
 
 def fmt_size(n: Optional[float]) -> str:
@@ -289,7 +279,7 @@ def _log_findings(
     log_lines: List[str] = []
     stall_lines: List[Dict[str, Any]] = []
     now = float(facts.get("now") or time.time())
-    stall = float(facts.get("stall_seconds") or DEFAULT_STALL_SECONDS)
+    stall = float(facts.get("stall_seconds") or DEFAULTS["stall_seconds"])
     for log in facts.get("logs", []):
         if log.get("error"):
             log_lines.append("%s: %s" % (log["path"], log["error"]))
@@ -323,7 +313,8 @@ def _log_findings(
         dlog = {"path": "dmesg", "lines": dmesg["lines"], "first_line": 1, "mtime": None}
         max_age = facts.get("dmesg_max_age")
         uptime = dmesg.get("uptime")
-        hits, old_hits = [], []
+        hits = []
+        old_hits: List[Dict[str, Any]] = []
         for hit in signatures.scan_lines(dlog["lines"], "dmesg", 1):
             m = DMESG_TS_RE.match(hit["text"])
             if max_age and uptime and m and float(m.group(1)) < float(uptime) - float(max_age):
@@ -419,7 +410,7 @@ def _recency(ep: Dict[str, Any]) -> Tuple[float, int]:
 
 
 # -- the pure analysis --------------------------------------------------------------------------
-def analyze(facts: Dict[str, Any]) -> Dict[str, Any]:
+def analyze(facts: Dict[str, Any]) -> DiagnosisResult:
     """The verdict from gathered facts (no I/O; ``facts`` as built by ``gather``)."""
     now = float(facts.get("now") or time.time())
     bench_cfg = facts.get("benchmark") or {}
@@ -456,7 +447,8 @@ def analyze(facts: Dict[str, Any]) -> Dict[str, Any]:
         if entry:
             summary += "; the entrypoint (pid %s) is still alive" % ", ".join(str(r["pid"]) for r in entry)
             now = float(facts.get("now") or time.time())
-            if entry_started and 0.0 < now - entry_started < STARTUP_GRACE_SECONDS:  # decided at the verdict
+            grace = float(facts.get("startup_grace") or DEFAULTS["startup_grace"])
+            if entry_started and 0.0 < now - entry_started < grace:  # decided at the verdict
                 young_entry = "the benchmark has not started yet: the entrypoint (pid %s) began %s ago" % (
                     ", ".join(str(r["pid"]) for r in entry), fmt_age(now - entry_started))
         findings.append(
@@ -604,7 +596,8 @@ def analyze(facts: Dict[str, Any]) -> Dict[str, Any]:
         f.pop("_recency", None)
     fine = verdict["code"] in ("healthy", "starting")
     steps.append(_step("verdict", "ok" if fine else "problem", verdict["summary"]))
-    return {"verdict": verdict, "findings": findings, "steps": steps, "time": now}
+    # built as plain dicts above; this is the DiagnosisResult shape (protocol.py)
+    return cast(DiagnosisResult, {"verdict": verdict, "findings": findings, "steps": steps, "time": now})
 
 
 def _step(name: str, status: str, summary: str, lines: Optional[List[str]] = None) -> Dict[str, Any]:
@@ -621,7 +614,7 @@ def _has_entry_desc(rec: Dict[str, Any], pids: set, kids: Dict[int, List[Dict[st
 
 
 # -- gathering ----------------------------------------------------------------------------------
-def watched_files(config: Dict[str, Any], max_files: int = 200, max_scan: int = 5000) -> List[Dict[str, Any]]:
+def watched_files(config: AgentConfig, max_files: int = 200, max_scan: int = 5000) -> List[Dict[str, Any]]:
     """Regular files in the watched dirs (and one level below), plus configured logs: path, mtime, size."""
     out: Dict[str, Dict[str, Any]] = {}
     scanned = 0
@@ -658,14 +651,14 @@ def watched_files(config: Dict[str, Any], max_files: int = 200, max_scan: int = 
     return files[:max_files]
 
 
-def log_candidates(config: Dict[str, Any], files: List[Dict[str, Any]], now: float) -> List[str]:
+def log_candidates(config: AgentConfig, files: List[Dict[str, Any]], now: float) -> List[str]:
     """Configured logs and the benchmark log first, then recently modified *.log files, newest first."""
     paths: List[str] = []
     for path in as_list(config.get("logs")) + as_list((config.get("benchmark") or {}).get("log")):
         p = os.path.abspath(path)
         if p not in paths and os.path.isfile(p):
             paths.append(p)
-    max_age = float(config.get("discover_max_age") or 6 * 3600.0)
+    max_age = float(config.get("discover_max_age") or DEFAULTS["discover_max_age"])
     for f in files:
         if f["path"].endswith(LOG_SUFFIXES) and now - f["mtime"] <= max_age and f["path"] not in paths:
             paths.append(f["path"])
@@ -716,7 +709,7 @@ def gpu_facts(gpu_sampler: Any) -> Optional[Dict[str, Any]]:
 
 
 def gather(
-    config: Dict[str, Any],
+    config: AgentConfig,
     gpu_sampler: Any = None,
     now: Optional[float] = None,
     include_dmesg: bool = True,
@@ -727,8 +720,9 @@ def gather(
     facts: Dict[str, Any] = {
         "now": now,
         "benchmark": dict(config.get("benchmark") or {}),
-        "stall_seconds": float(config.get("stall_seconds") or DEFAULT_STALL_SECONDS),
-        "dmesg_max_age": float(config.get("discover_max_age") or 6 * 3600.0),
+        "stall_seconds": float(config.get("stall_seconds") or DEFAULTS["stall_seconds"]),
+        "startup_grace": float(config.get("startup_grace") or DEFAULTS["startup_grace"]),
+        "dmesg_max_age": float(config.get("discover_max_age") or DEFAULTS["discover_max_age"]),
         "self_pids": [os.getpid()],
         "processes": [],
         "processes_error": None,
@@ -737,7 +731,7 @@ def gather(
         try:
             from .procs import read_process_table
 
-            processes = read_process_table(config)
+            processes = read_process_table(plain(config))
         except Exception as exc:  # a broken /proc must not break the diagnosis
             facts["processes_error"] = "%s: %s" % (type(exc).__name__, exc)
             processes = []
@@ -763,15 +757,16 @@ def gather(
 
 
 def diagnose(
-    config: Dict[str, Any], gpu_sampler: Any = None, now: Optional[float] = None, include_dmesg: bool = True
-) -> Dict[str, Any]:
-    """Gather facts on this host and analyze them (callable without an Agent)."""
+    config: AgentConfig,
+    gpu_sampler: Any = None,
+    now: Optional[float] = None,
+    include_dmesg: bool = True,
+    stall_seconds: Optional[float] = None,
+) -> DiagnosisResult:
+    """Gather facts on this host and analyze them (callable without an Agent).
+
+    ``stall_seconds``, when given, replaces the config's for this diagnosis only.
+    """
+    if stall_seconds is not None:
+        config = cast(AgentConfig, dict(config, stall_seconds=float(stall_seconds)))
     return analyze(gather(config, gpu_sampler, now=now, include_dmesg=include_dmesg))
-
-
-@op("diagnose")
-def diagnose_op(agent: Any, args: Dict[str, Any]) -> Dict[str, Any]:
-    config = dict(agent.config)
-    if args.get("stall_seconds") is not None:
-        config["stall_seconds"] = float(args["stall_seconds"])
-    return diagnose(config, getattr(agent, "gpu", None), include_dmesg=bool(args.get("dmesg", True)))

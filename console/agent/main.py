@@ -1,4 +1,4 @@
-"""The agent's main loop: hello, then samples on a clock, and requests answered by id."""
+"""The agent's main loop: hello, then samples on a clock, and requests answered by id (``ops.OPS``)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from typing import Any, Dict, List, Optional
 
 from . import AGENT_VERSION
 from . import config as agent_config
+from .config import AgentConfig, plain
 from .gpu import GpuSampler
 from .logs import LogFollower
-from .ops import OPS
+from .ops import OPS, Handler
 from .procs import ProcSampler
 from .protocol import PROTOCOL_VERSION, FrameWriter, ProtocolError, decode_request
 
@@ -24,13 +25,13 @@ from .protocol import PROTOCOL_VERSION, FrameWriter, ProtocolError, decode_reque
 class Agent:
     """Owns the samplers and the frame writer; one instance per agent process."""
 
-    def __init__(self, config: Dict[str, Any], writer: FrameWriter) -> None:
+    def __init__(self, config: AgentConfig, writer: FrameWriter) -> None:
         self.config = config
         self.writer = writer
         self.stop_event = threading.Event()
-        self.gpu = GpuSampler(config)
-        self.procs = ProcSampler(config)
-        self.logs = LogFollower(config)
+        self.gpu = GpuSampler(plain(config))
+        self.procs = ProcSampler(plain(config))
+        self.logs = LogFollower(plain(config))
         self.started = time.time()
         self.samples = 0
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="request")
@@ -105,7 +106,7 @@ class Agent:
             return
         self._pool.submit(self._run_request, handler, req)
 
-    def _run_request(self, handler: Any, req: Dict[str, Any]) -> None:
+    def _run_request(self, handler: Handler, req: Dict[str, Any]) -> None:
         try:
             data = handler(self, req["args"])
         except Exception as exc:  # answer every request, whatever happened

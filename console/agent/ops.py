@@ -1,50 +1,131 @@
-"""Requests the agent answers, by op name. Each handler is ``handler(agent, args) -> JSON data``."""
+"""Requests the agent answers: one table from op name to handler.
+
+A handler is ``handler(agent, args) -> data``. It is the request layer: it reads its typed parameters
+out of the request's ``args`` and calls a domain function (``diagnose``, ``probes``, ``restart``) with
+the agent's config. The domain modules know nothing of requests, of the agent or of this table, so
+they import nothing from here and the imports run one way: ``main -> ops -> domain``.
+
+A new op is one function here and one row in ``OPS`` (and a line in docs/architecture.md).
+"""
 
 from __future__ import annotations
 
+import threading
 import time
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List, Optional, Protocol  # typing has Protocol since 3.8
 
-Handler = Callable[[Any, Dict[str, Any]], Any]
-OPS: Dict[str, Handler] = {}
-
-
-def op(name: str) -> Callable[[Handler], Handler]:
-    """Register a request handler under ``name``."""
-
-    def register(fn: Handler) -> Handler:
-        OPS[name] = fn
-        return fn
-
-    return register
+from . import diagnose, probes, restart
+from .config import AgentConfig
+from .gpu import GpuSampler
+from .logs import LogFollower
+from .procs import ProcSampler
+from .protocol import DiagnosisResult, FrameWriter, ProbeResult, RestartResult, StopResult
 
 
-@op("ping")
-def ping(agent: Any, args: Dict[str, Any]) -> Dict[str, Any]:
-    return {"pong": True, "time": time.time(), "uptime": time.time() - agent.started}
+class AgentHost(Protocol):
+    """What the handlers use of the agent (``console.agent.main.Agent``)."""
+
+    config: AgentConfig
+    started: float
+    stop_event: threading.Event
+    writer: FrameWriter
+    gpu: GpuSampler
+    procs: ProcSampler
+    logs: LogFollower
 
 
-@op("stop")
-def stop(agent: Any, args: Dict[str, Any]) -> Dict[str, Any]:
+Handler = Callable[[AgentHost, Dict[str, Any]], Any]
+
+
+# -- typed parameters out of a request's args -------------------------------------------------------
+def _opt_float(args: Dict[str, Any], name: str) -> Optional[float]:
+    value = args.get(name)
+    return None if value is None else float(value)
+
+
+def _int(args: Dict[str, Any], name: str, default: int) -> int:
+    return int(args.get(name, default))
+
+
+def _bool(args: Dict[str, Any], name: str, default: bool) -> bool:
+    return bool(args.get(name, default))
+
+
+def _str(args: Dict[str, Any], name: str) -> str:
+    return str(args.get(name) or "")
+
+
+# -- handlers ----------------------------------------------------------------------------------------
+def ping(agent: AgentHost, args: Dict[str, Any]) -> Dict[str, Any]:
+    """``{pong, time, uptime}``: is the agent there and answering."""
+    now = time.time()
+    return {"pong": True, "time": now, "uptime": now - agent.started}
+
+
+def stop(agent: AgentHost, args: Dict[str, Any]) -> Dict[str, Any]:
+    """End the agent's loop (the link sends it when it closes)."""
     agent.stop_event.set()
     return {"stopping": True}
 
 
-@op("backlog")
-def backlog(agent: Any, args: Dict[str, Any]) -> Dict[str, Any]:
-    """Resend the last N lines of every followed log (the console asks after a reconnect)."""
-    lines = int(args.get("lines", agent.config["backlog_lines"]))
-    frames = agent.logs.backlog(lines)
+def backlog(agent: AgentHost, args: Dict[str, Any]) -> Dict[str, Any]:
+    """Resend the last ``lines`` lines of every followed log as ``log`` frames."""
+    frames = agent.logs.backlog(_int(args, "lines", agent.config["backlog_lines"]))
     for frame in frames:
         agent.writer.send("log", **frame)
     return {"files": len(frames)}
 
 
-@op("full_procs")
-def full_procs(agent: Any, args: Dict[str, Any]) -> Dict[str, Any]:
+def full_procs(agent: AgentHost, args: Dict[str, Any]) -> Dict[str, Any]:
     """Send the whole process tree again on the next sample."""
     agent.procs.reset()
     return {"ok": True}
 
 
-from . import diagnose, probes, restart  # noqa: E402,F401  (register ops)
+def diagnose_op(agent: AgentHost, args: Dict[str, Any]) -> DiagnosisResult:
+    """``{dmesg: bool = true, stall_seconds: float | null}``: the diagnosis of this host."""
+    return diagnose.diagnose(
+        agent.config,
+        agent.gpu,
+        include_dmesg=_bool(args, "dmesg", True),
+        stall_seconds=_opt_float(args, "stall_seconds"),
+    )
+
+
+def restart_op(agent: AgentHost, args: Dict[str, Any]) -> RestartResult:
+    """Stop the benchmark and start it again (see ``restart.restart`` for the result)."""
+    return restart.restart(agent.config)
+
+
+def stop_benchmark_op(agent: AgentHost, args: Dict[str, Any]) -> StopResult:
+    """Stop the benchmark without starting it again."""
+    return restart.stop_only(agent.config)
+
+
+def probe_op(agent: AgentHost, args: Dict[str, Any]) -> ProbeResult:
+    """``{name}``: one built-in probe's ``{title, lines}``."""
+    return probes.run_probe(agent.config, _str(args, "name"))
+
+
+def probes_op(agent: AgentHost, args: Dict[str, Any]) -> Dict[str, List[Dict[str, str]]]:
+    """``{probes: [{name, title}]}``: the built-in probes."""
+    return {"probes": probes.catalog()}
+
+
+# The console sends diagnose, restart and probe (console/controller.py) and stop (a link closing).
+# The rest are kept on purpose, though no console code sends them today:
+#   ping, backlog, full_procs -- for whoever talks to `fleet-console agent` by hand, and the documented
+#     protocol (docs/architecture.md); agentless mode answers ping and full_procs too;
+#   probes -- the console lists the built-in probes itself (console/actions.py BUILTIN_PROBES);
+#   stop_benchmark -- the stop half of restart alone, for an operator at the agent.
+OPS: Dict[str, Handler] = {
+    "diagnose": diagnose_op,
+    "restart": restart_op,
+    "probe": probe_op,
+    "stop": stop,
+    "ping": ping,
+    "backlog": backlog,
+    "full_procs": full_procs,
+    "probes": probes_op,
+    "stop_benchmark": stop_benchmark_op,
+}

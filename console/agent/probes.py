@@ -1,4 +1,8 @@
-"""Built-in probes: small read-only looks at the host, each ``{"title": str, "lines": [str]}``."""
+"""Built-in probes: small read-only looks at the host, each ``{"title": str, "lines": [str]}``.
+
+A new probe is one function ``(config) -> lines`` and one row in ``PROBES``; the ``probe`` op
+(``console.agent.ops``) runs it by name.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +10,20 @@ import os
 import shutil
 import subprocess
 import time
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Tuple
 
-from . import diagnose as dg  # attributes used at call time (ops imports both modules)
-from .config import as_list
-from .ops import op
+from . import diagnose as dg
+from .config import AgentConfig, as_list, plain
+from .protocol import ProbeResult
+from .timefmt import fmt_age
 
 MAX_LINES = 500
 
 
-def probe_tree(config: Dict[str, Any]) -> List[str]:
+def probe_tree(config: AgentConfig) -> List[str]:
     from .procs import read_process_table
 
-    processes = read_process_table(config)
+    processes = read_process_table(plain(config))
     pids = {int(r["pid"]) for r in processes}
     kids = dg.children_map(processes)
     lines: List[str] = []
@@ -28,13 +33,13 @@ def probe_tree(config: Dict[str, Any]) -> List[str]:
     return lines or ["no processes visible"]
 
 
-def probe_recent_files(config: Dict[str, Any]) -> List[str]:
+def probe_recent_files(config: AgentConfig) -> List[str]:
     now = time.time()
     files = dg.watched_files(config)
     if not files:
         dirs = as_list(config.get("watch_dirs"))
         return ["no files in %s" % ", ".join(dirs) if dirs else "no watched dirs configured"]
-    return ["%8s ago %8s %s" % (dg.fmt_age(now - f["mtime"]), dg.fmt_size(f["size"]), f["path"])
+    return ["%8s ago %8s %s" % (fmt_age(now - f["mtime"]), dg.fmt_size(f["size"]), f["path"])
             for f in files[:60]]
 
 
@@ -51,7 +56,7 @@ def _meminfo() -> Dict[str, int]:
     return out
 
 
-def probe_resources(config: Dict[str, Any]) -> List[str]:
+def probe_resources(config: AgentConfig) -> List[str]:
     lines: List[str] = []
     seen = set()
     for path in [*as_list(config.get("watch_dirs")), "/"]:
@@ -83,14 +88,14 @@ def probe_resources(config: Dict[str, Any]) -> List[str]:
     return lines
 
 
-def probe_dmesg(config: Dict[str, Any]) -> List[str]:
+def probe_dmesg(config: AgentConfig) -> List[str]:
     result = dg.read_dmesg(max_lines=200)
     if result.get("error"):
         return ["dmesg: %s" % result["error"]]
     return result["lines"] or ["dmesg: empty"]
 
 
-def probe_nvidia_smi(config: Dict[str, Any]) -> List[str]:
+def probe_nvidia_smi(config: AgentConfig) -> List[str]:
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return ["nvidia-smi not found"]
@@ -106,7 +111,7 @@ def probe_nvidia_smi(config: Dict[str, Any]) -> List[str]:
     return lines
 
 
-PROBES: Dict[str, Tuple[str, Callable[[Dict[str, Any]], List[str]]]] = {
+PROBES: Dict[str, Tuple[str, Callable[[AgentConfig], List[str]]]] = {
     "tree": ("process tree (pid state wchan cpu rss command)", probe_tree),
     "recent_files": ("recently modified files in watched dirs", probe_recent_files),
     "resources": ("disk, memory and load", probe_resources),
@@ -115,7 +120,12 @@ PROBES: Dict[str, Tuple[str, Callable[[Dict[str, Any]], List[str]]]] = {
 }
 
 
-def run_probe(config: Dict[str, Any], name: str) -> Dict[str, Any]:
+def catalog() -> List[Dict[str, str]]:
+    """The built-in probes, in order: ``[{name, title}]``."""
+    return [{"name": name, "title": title} for name, (title, _) in PROBES.items()]
+
+
+def run_probe(config: AgentConfig, name: str) -> ProbeResult:
     """Run one built-in probe: ``{"title", "lines"}``; an unknown name raises ValueError."""
     if name not in PROBES:
         raise ValueError("unknown probe %r (known: %s)" % (name, ", ".join(sorted(PROBES))))
@@ -125,12 +135,3 @@ def run_probe(config: Dict[str, Any], name: str) -> Dict[str, Any]:
         lines = [*lines[:MAX_LINES], "... %d more line(s)" % (len(lines) - MAX_LINES)]
     return {"title": title, "lines": lines}
 
-
-@op("probe")
-def probe_op(agent: Any, args: Dict[str, Any]) -> Dict[str, Any]:
-    return run_probe(agent.config, str(args.get("name") or ""))
-
-
-@op("probes")
-def probes_op(agent: Any, args: Dict[str, Any]) -> Dict[str, Any]:
-    return {"probes": [{"name": name, "title": title} for name, (title, _) in PROBES.items()]}

@@ -4,6 +4,11 @@ Never builds shell text from data: ``benchmark.start`` is an argv list, or a str
 in the config, run as ``["/bin/sh", "-c", start]``. Never signals pid 1, the agent itself, its
 ancestors, or the agent's own process group (a process that shares the agent's group is signalled
 alone, by pid).
+
+A start that dies within the first second is reported, not hidden: the result's ``started`` says
+``alive: false`` with the ``returncode`` and the lines that start wrote to the benchmark log
+(``log_tail``), and ``error`` says it died. The ops table (``console.agent.ops``) calls ``restart`` and
+``stop_only`` with the agent's config.
 """
 
 from __future__ import annotations
@@ -16,12 +21,15 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Set
 
-from .config import compile_patterns
-from .ops import op
+from .config import DEFAULTS, AgentConfig, BenchmarkConfig, compile_patterns, plain
+from .protocol import RestartResult, Started, StopResult
+from .signatures import read_tail
 
 _LOCK = threading.Lock()
 START_CHECK_SECONDS = 1.0
 KILL_WAIT_SECONDS = 5.0
+LOG_TAIL_LINES = 20  # lines of a dead start's output sent back with the result
+RESTART_MARKER = "[fleet-agent] benchmark restarted at "
 
 
 def _stat_fields(pid: int) -> Optional[List[str]]:
@@ -79,16 +87,16 @@ def _pgid(pid: int) -> Optional[int]:
         return None
 
 
-def find_targets(config: Dict[str, Any], processes: Optional[List[Dict[str, Any]]] = None) -> List[Dict[str, Any]]:
+def find_targets(config: AgentConfig, processes: Optional[List[Dict[str, Any]]] = None) -> List[Dict[str, Any]]:
     """Live processes whose command line matches ``benchmark.match`` or ``benchmark.entrypoint``."""
-    bench = config.get("benchmark") or {}
+    bench = config.get("benchmark") or DEFAULTS["benchmark"]
     pats = compile_patterns(bench.get("match")) + compile_patterns(bench.get("entrypoint"))
     if not pats:
         return []
     if processes is None:
         from .procs import read_process_table
 
-        processes = read_process_table(config)
+        processes = read_process_table(plain(config))
     protected = protected_pids()
     out = []
     for rec in processes:
@@ -123,7 +131,7 @@ def _wait_gone(pids: Set[int], timeout: float) -> Set[int]:
 
 def stop_processes(
     targets: List[Dict[str, Any]], timeout: float = 10.0, processes: Optional[List[Dict[str, Any]]] = None
-) -> Dict[str, Any]:
+) -> StopResult:
     """TERM the targets' process groups (or the pids alone where a group is unsafe), wait, then KILL.
 
     Returns ``{"stopped": [pids that exited after TERM], "killed": [pids that needed KILL],
@@ -183,7 +191,7 @@ def start_argv(start: Any) -> List[str]:
     return argv
 
 
-def start_benchmark(bench: Dict[str, Any], check_seconds: float = START_CHECK_SECONDS) -> Dict[str, Any]:
+def start_benchmark(bench: BenchmarkConfig, check_seconds: float = START_CHECK_SECONDS) -> Started:
     """Start ``bench["start"]`` detached (new session), output appended to ``bench["log"]``."""
     argv = start_argv(bench.get("start"))
     log = bench.get("log") or None
@@ -194,7 +202,7 @@ def start_benchmark(bench: Dict[str, Any], check_seconds: float = START_CHECK_SE
         parent = os.path.dirname(os.path.abspath(log))
         os.makedirs(parent, exist_ok=True)
         out = open(log, "ab")  # noqa: SIM115 - handed to the child, closed below
-        out.write(("[fleet-agent] benchmark restarted at %s\n" % time.strftime("%Y-%m-%dT%H:%M:%S%z")).encode())
+        out.write(("%s%s\n" % (RESTART_MARKER, time.strftime("%Y-%m-%dT%H:%M:%S%z"))).encode())
         out.flush()
     else:
         out = open(os.devnull, "wb")  # noqa: SIM115
@@ -216,55 +224,66 @@ def start_benchmark(bench: Dict[str, Any], check_seconds: float = START_CHECK_SE
     while time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
     rc = proc.poll()
-    started: Dict[str, Any] = {"pid": proc.pid, "pgid": _pgid(proc.pid) or proc.pid, "argv": argv,
-                               "alive": rc is None}
+    started: Started = {"pid": proc.pid, "pgid": _pgid(proc.pid) or proc.pid, "argv": argv, "alive": rc is None}
     if rc is not None:
         started["returncode"] = rc
+        started["log_tail"] = start_output(log) if log else []
     return started
 
 
-def stop_benchmark(config: Dict[str, Any]) -> Dict[str, Any]:
+def start_output(log: str, max_lines: int = LOG_TAIL_LINES) -> List[str]:
+    """The last lines the latest start wrote to ``log``: after the agent's restart marker, at most ``max_lines``."""
+    try:
+        lines, _ = read_tail(log, max_lines + 1)
+    except OSError:
+        return []
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith(RESTART_MARKER):
+            lines = lines[i + 1 :]
+            break
+    return lines[-max_lines:]
+
+
+def stop_benchmark(config: AgentConfig) -> StopResult:
     """The stop half of a restart: every matching process, by group, TERM then KILL."""
     from .procs import read_process_table
 
-    bench = config.get("benchmark") or {}
-    processes = read_process_table(config)
+    bench = config.get("benchmark") or DEFAULTS["benchmark"]
+    processes = read_process_table(plain(config))
     targets = find_targets(config, processes)
-    result = stop_processes(targets, float(bench.get("stop_timeout") or 10.0), processes)
+    timeout = float(bench.get("stop_timeout") or DEFAULTS["benchmark"]["stop_timeout"])
+    result = stop_processes(targets, timeout, processes)
     result["matched"] = sorted(int(r["pid"]) for r in targets)
     return result
 
 
-def restart(config: Dict[str, Any], check_seconds: float = START_CHECK_SECONDS) -> Dict[str, Any]:
-    """Stop the benchmark, start it again detached; ``{stopped, killed, started, log}``."""
-    bench = config.get("benchmark") or {}
-    start_argv(bench.get("start"))  # refuse before stopping anything
+def stop_only(config: AgentConfig) -> StopResult:
+    """Stop the benchmark without starting it again; refused while a restart runs."""
     if not _LOCK.acquire(blocking=False):
         raise RuntimeError("a restart is already in progress")
     try:
-        result = stop_benchmark(config)
-        if result["survivors"]:
-            raise RuntimeError("could not stop pids %s; not starting a second copy" % result["survivors"])
-        result["started"] = start_benchmark(bench, check_seconds)
-        result["log"] = bench.get("log")
-        if not result["started"]["alive"]:
-            result["error"] = "the benchmark exited right after start (code %s); see %s" % (
-                result["started"].get("returncode"), bench.get("log") or "its output")
-        return result
+        return stop_benchmark(config)
     finally:
         _LOCK.release()
 
 
-@op("restart")
-def restart_op(agent: Any, args: Dict[str, Any]) -> Dict[str, Any]:
-    return restart(agent.config)
-
-
-@op("stop_benchmark")
-def stop_benchmark_op(agent: Any, args: Dict[str, Any]) -> Dict[str, Any]:
+def restart(config: AgentConfig, check_seconds: float = START_CHECK_SECONDS) -> RestartResult:
+    """Stop the benchmark, start it again detached; ``{stopped, killed, ..., started, log}`` (and ``error``)."""
+    bench = config.get("benchmark") or DEFAULTS["benchmark"]
+    start_argv(bench.get("start"))  # refuse before stopping anything
     if not _LOCK.acquire(blocking=False):
         raise RuntimeError("a restart is already in progress")
     try:
-        return stop_benchmark(agent.config)
+        stopped = stop_benchmark(config)
+        if stopped["survivors"]:
+            raise RuntimeError("could not stop pids %s; not starting a second copy" % stopped["survivors"])
+        result: RestartResult = {**stopped}
+        started = start_benchmark(bench, check_seconds)
+        result["started"] = started
+        result["log"] = bench.get("log")
+        if not started["alive"]:
+            result["error"] = "the benchmark died at once: it exited right after start (code %s); see %s" % (
+                started.get("returncode"), bench.get("log") or "its output")
+        return result
     finally:
         _LOCK.release()
