@@ -20,8 +20,7 @@ demo: $(STAMP)
 	$(VENV)/bin/fleet-console demo
 
 ## Install what the tests need (OpenSSH server and tmux when run as root) and run the whole suite.
-test: $(STAMP) sshd-deps
-	$(PY) -m ruff check .
+test: $(STAMP) sshd-deps lint
 	$(PY) -m pytest -q
 
 sshd-deps:
@@ -33,8 +32,10 @@ sshd-deps:
 	  fi; \
 	fi
 
+## ruff, and mypy over console/ widgets/ themes/ (strict on the wire contract and the fleet state).
 lint: $(STAMP)
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py

@@ -91,6 +91,7 @@ NVML_VALUE_NOT_AVAILABLE_uint = ctypes.c_uint(-1)
 # ---------------------------------------------------------------------------------------------
 # Errors, built the way pynvml builds them
 class NVMLError(Exception):
+    value: int  # the NVML return code, as pynvml's NVMLError carries it
     _valClassMapping: Dict[int, Any] = {}
     _errcode_to_string = {
         NVML_ERROR_UNINITIALIZED: "Uninitialized",

@@ -300,8 +300,9 @@ class DemoSshServer:
             asyncio.create_task(self._pump(err_r, process.stderr)),
         ]
         closed = asyncio.create_task(process.wait_closed())
+        ends: list[asyncio.Future[Any]] = [exited, closed]
         try:
-            await asyncio.wait([exited, closed], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
             if not exited.done():
                 # the client went away first: hang up the session's process group, as sshd does
                 _kill_group(pid, signal.SIGHUP)
