@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from console import __version__
@@ -65,6 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     from console import commands
 
     try:
-        return commands.dispatch(args)
+        code = commands.dispatch(args)
+        sys.stdout.flush()  # a reader that left (``| head``) shows here, inside the try
+        return code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away: not our error, and no traceback. Point stdout at /dev/null so the interpreter's
+        # final flush does not raise again, and exit as a program killed by SIGPIPE would.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13
