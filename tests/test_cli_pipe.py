@@ -9,7 +9,8 @@ from pathlib import Path
 
 def test_check_into_a_closed_pipe_prints_no_traceback(tmp_path: Path) -> None:
     fleet = tmp_path / "fleet.toml"
-    fleet.write_text("".join(f'[[instance]]\nname = "box{i}"\nhost = "10.0.{i // 250}.{i % 250}"\n\n' for i in range(3000)))
+    rows = (f'[[instance]]\nname = "box{i}"\nhost = "10.0.{i // 250}.{i % 250}"\n\n' for i in range(3000))
+    fleet.write_text("".join(rows))
     # `fleet-console check | head -1`: read one line, then close our end while the command still writes
     proc = subprocess.Popen(
         [sys.executable, "-m", "console", "check", "--fleet", str(fleet)],
