@@ -1,0 +1,1 @@
+"""Fakes at the GPU/driver boundary (the only place tests fake anything)."""
