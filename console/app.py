@@ -346,13 +346,15 @@ class FleetApp(App):
         except Exception as exc:
             self.notify("restart failed: %s" % exc, severity="error", timeout=10)
             return
+        from console.controller import TOAST_TAIL_LINES, describe_restart  # (the app takes any controller)
+
         for name, result in (results or {}).items():
-            if result.get("ok"):
-                data = result.get("data") or {}
-                pids = data.get("pids") if isinstance(data, dict) else None
-                self.notify("%s: restarted%s" % (name, " (pids %s)" % pids if pids else ""), timeout=6)
+            # the started pid; or that the benchmark died at once, with its log's last lines
+            text = "\n".join(describe_restart(name, result, tail=TOAST_TAIL_LINES))
+            if result["ok"]:
+                self.notify(text, timeout=6)
             else:
-                self.notify("%s: restart failed: %s" % (name, result.get("error")), severity="error", timeout=10)
+                self.notify(text, severity="error", timeout=10)
 
     def action_probe(self) -> None:
         screen = self.screen

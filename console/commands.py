@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from console.actions import ActionError
-from console.controller import FleetController
+from console.controller import FleetController, describe_restart
 from console.inventory import ConfigError, Fleet, find_fleet_file, load_fleet
 
 SEVERITY_ORDER = {"critical": 0, "error": 1, "warning": 2, "info": 3}
@@ -148,12 +148,8 @@ def cmd_restart(args: argparse.Namespace) -> int:
                 print(f"{name}: not restarted: {exc}", file=sys.stderr)
         results = await controller.restart(ready) if ready else {}
         for name, result in results.items():
-            if result["ok"]:
-                started = (result["data"] or {}).get("started") or {}
-                stopped = (result["data"] or {}).get("stopped") or []
-                print(f"{name}: restarted: stopped {len(stopped)} processes, started pid {started.get('pid')}")
-            else:
-                print(f"{name}: restart failed: {result['error']}", file=sys.stderr)
+            # a benchmark that died right after its start is a failure, shown with its log's last lines
+            print("\n".join(describe_restart(name, result)), file=sys.stdout if result["ok"] else sys.stderr)
         return 0 if len(ready) == len(args.names) and all(r["ok"] for r in results.values()) else 1
 
     return asyncio.run(_with_controller(fleet, args.names, False, body))

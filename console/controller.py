@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from console.actions import BUILTIN_PROBES, ActionError, ProbeEntry, ReadOnlyError
+from console.agent.protocol import RestartResult
 from console.audit import AuditLog
 from console.inventory import Fleet, Instance
 from console.link import AgentLink, LinkError, make_link
@@ -17,6 +18,20 @@ from console.state import FleetState
 
 # Link statuses that waiting longer will not fix.
 HOPELESS = frozenset(("hostkey_mismatch", "auth_failed"))
+TOAST_TAIL_LINES = 3  # of a dead start's log, in the app's notification
+
+
+class RestartOutcome(TypedDict):
+    """One instance's restart as the controller saw it.
+
+    ``ok`` is false when the request failed (``error`` only) and when the agent restarted the benchmark
+    but it died at once (``error`` and the agent's ``data``, whose ``started`` has ``alive: false``,
+    ``returncode`` and ``log_tail``).
+    """
+
+    ok: bool
+    error: NotRequired[str]
+    data: NotRequired[RestartResult]
 
 
 class FleetController:
@@ -96,23 +111,28 @@ class FleetController:
         self.state.set_diagnosis(name, data)
         return data
 
-    async def restart(self, names: list[str]) -> dict[str, dict[str, Any]]:
+    async def restart(self, names: list[str]) -> dict[str, RestartOutcome]:
         """Restart the benchmark on each instance (concurrently); every attempt is audited.
 
         The caller has confirmed; under ``--read-only`` nothing is sent and the refusal is audited.
-        Returns per instance ``{"ok": bool, "data"|"error": ...}``.
+        Returns per instance a ``RestartOutcome``: a benchmark that died right after its start is a failure.
         """
         if self.read_only:
             for name in names:
                 self.audit.record(name, self._host(name), "restart", "refused", "read-only")
             raise ReadOnlyError("restart")
 
-        async def one(name: str) -> dict[str, Any]:
+        async def one(name: str) -> RestartOutcome:
             try:
-                data = await self._request(name, "restart", {}, timeout=120.0)
+                data: RestartResult = await self._request(name, "restart", {}, timeout=120.0)
             except ActionError as exc:
                 self.audit.record(name, self._host(name), "restart", "failed", str(exc))
                 return {"ok": False, "error": str(exc)}
+            started = data.get("started")
+            if started is not None and not started["alive"]:
+                error = f"the benchmark died at once (pid {started['pid']}, exit code {started.get('returncode')})"
+                self.audit.record(name, self._host(name), "restart", "failed", data)
+                return {"ok": False, "error": error, "data": data}
             self.audit.record(name, self._host(name), "restart", "ok", data)
             return {"ok": True, "data": data}
 
@@ -156,3 +176,27 @@ class FleetController:
             return self.fleet.get(name).address
         except KeyError:
             return "?"
+
+
+def describe_restart(name: str, outcome: RestartOutcome, tail: int | None = None) -> list[str]:
+    """What to tell the operator: one headline, then (for a start that died) the last lines of its log.
+
+    ``tail`` caps the log lines (None: all the agent sent).
+    """
+    data = outcome.get("data")
+    started = data.get("started") if data is not None else None
+    if outcome["ok"]:
+        stopped = len(data.get("stopped") or []) if data is not None else 0
+        return [f"{name}: restarted: stopped {stopped} processes, started pid {started['pid'] if started else '?'}"]
+    lines = [f"{name}: restart failed: {outcome.get('error')}"]
+    if data is None or started is None:
+        return lines
+    log_tail = started.get("log_tail") or []
+    if tail is not None:
+        log_tail = log_tail[-tail:]
+    if log_tail:
+        lines.append(f"  last lines of {data.get('log') or 'its output'}:")
+        lines.extend("    " + line for line in log_tail)
+    elif not data.get("log"):
+        lines.append("  (no benchmark log configured: its output was not kept)")
+    return lines

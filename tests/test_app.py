@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -233,6 +234,34 @@ async def test_select_then_restart_asks_and_cancel_does_nothing(tmp_path: Path) 
         records = [json.loads(line) for line in audit.read_text().splitlines()]
         assert sorted(r["instance"] for r in records) == chosen
         assert all(r["action"] == "restart" and r["outcome"] == "ok" for r in records)
+    _kill_marked(marker)
+
+
+async def test_restart_toasts_show_the_started_pid_and_a_benchmark_that_died_at_once(tmp_path: Path) -> None:
+    marker = "fleetui-%s" % uuid.uuid4().hex[:8]
+    fleet = make_fleet(tmp_path, names=("alpha", "beta"), marker=marker)
+    dies = (sys.executable, "-c", "import sys; print('loading params'); print('error: no params'); sys.exit(3)", marker)
+    beta = fleet.instances[1]
+    bench = dataclasses.replace(beta.benchmark, start=dies, log=str(tmp_path / "beta-bench.log"))
+    fleet.instances[1] = dataclasses.replace(beta, benchmark=bench)
+    app = FleetApp(FleetController(fleet, audit=AuditLog(tmp_path / "audit.jsonl")), theme="dark")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="live agents")
+        await pilot.press("home", "space", "down", "space", "r")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="confirm dialog")
+        await pilot.press("y")
+        results = ("alpha: restart", "beta: restart")  # "restarted" or "restart failed"; not a status change
+        await wait_until(
+            pilot, lambda: sum(m.startswith(results) for _, _, m in app.notices) == 2, timeout=60, what="restart results"
+        )
+        records = {r["instance"]: r for r in AuditLog(tmp_path / "audit.jsonl").read()}
+        alpha = next(n for n in app.notices if n[2].startswith(results[0]))
+        assert alpha[0] == "information" and "restarted" in alpha[2]
+        assert "pid %d" % records["alpha"]["result"]["started"]["pid"] in alpha[2]
+        beta = next(n for n in app.notices if n[2].startswith(results[1]))
+        assert beta[0] == "error" and "died" in beta[2] and "restarted" not in beta[2]
+        assert "exit code 3" in beta[2] and "error: no params" in beta[2]
+        assert records["beta"]["outcome"] == "failed"
     _kill_marked(marker)
 
 

@@ -48,12 +48,12 @@ def instance_table(server: Sshd, chains: Harness, name: str = "box1", **over: An
     return "[[instance]]\n" + body + "\n"
 
 
-def write_fleet(tmp_path: Path, chains: Harness, mode: str, *tables: str) -> Path:
+def write_fleet(tmp_path: Path, chains: Harness, mode: str, *tables: str, start: list[str] | None = None) -> Path:
     """A fleet.toml whose [benchmark] finds, stops and starts this test's chain (and nothing else)."""
     bench = "\n".join(
         [
             "[benchmark]",
-            f"start = {toml(chains.argv(mode))}",
+            f"start = {toml(start or chains.argv(mode))}",
             f"match = {toml(chains.match)}",
             f"entrypoint = {toml(chains.entrypoint)}",
             f"log = {toml(str(chains.logdir / 'restart.log'))}",
@@ -249,6 +249,26 @@ def test_restart_over_ssh_replaces_the_chain_and_is_audited(
     assert ok["host"] == f"{sshd.user}@127.0.0.1:{sshd.port}"
     assert ok["result"]["started"]["pid"] == new_pid
     assert old <= set(ok["result"]["stopped"]) | set(ok["result"]["killed"])
+
+
+def test_restart_whose_benchmark_dies_at_once_says_so_with_its_log_and_exits_1(
+    sshd: Sshd, chains: Harness, tmp_path: Path
+) -> None:
+    start = ["/bin/sh", "-c", "echo loading params; echo 'error: /data/params missing' >&2; exit 3"]
+    fleet = write_fleet(tmp_path, chains, "run", instance_table(sshd, chains), start=start)
+
+    result = cli(tmp_path, "restart", "box1", "--yes", "--fleet", str(fleet))
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "restarted" not in result.stdout
+    err = result.stderr
+    assert "Traceback" not in err
+    assert "box1: restart failed: the benchmark died at once" in err and "exit code 3" in err, err
+    assert "loading params\n" in err and "error: /data/params missing\n" in err, err
+    records = [r for r in audit_records(tmp_path) if r["action"] == "restart"]
+    assert [(r["instance"], r["outcome"]) for r in records] == [("box1", "failed")]
+    assert records[0]["result"]["started"]["alive"] is False
+    assert records[0]["result"]["started"]["returncode"] == 3
 
 
 # -- status -------------------------------------------------------------------------------------------
