@@ -54,6 +54,3 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield Static(HELP, id="help-text")
-
-    def action_dismiss(self) -> None:
-        self.dismiss(None)

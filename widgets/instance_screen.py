@@ -16,8 +16,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
 from console.state import FleetState, InstanceState, format_age
+from console.status import STALE, badge
 
-from .fleet_grid import BADGES
 from .gpu_panel import gpu_detail
 from .log_view import LogView
 from .process_tree import ProcessTree
@@ -92,8 +92,8 @@ def probes_text(inst: InstanceState) -> Text:
 def header_text(inst: InstanceState, demo: bool, read_only: bool) -> Text:
     text = Text()
     text.append(" %s " % inst.name, "bold reverse")
-    label = BADGES.get(inst.status, inst.status.upper())
-    if inst.status == "stale" and inst.age() is not None:
+    label = badge(inst.status)
+    if inst.status == STALE and inst.age() is not None:
         label += " " + format_age(inst.age() or 0)
     text.append(" %s " % label, "bold")
     if inst.status_detail:
@@ -205,9 +205,9 @@ class InstanceScreen(Screen):
                 self._seen["diag"] = key
                 self.query_one("#diag-text", Static).update(diagnosis_text(inst))
         if force or active == "tab-probes":
-            key = tuple((k, v.get("at")) for k, v in inst.probes.items())
-            if force or self._seen.get("probes") != key:
-                self._seen["probes"] = key
+            probes_key = tuple((k, v.get("at")) for k, v in inst.probes.items())
+            if force or self._seen.get("probes") != probes_key:
+                self._seen["probes"] = probes_key
                 self.query_one("#probe-text", Static).update(probes_text(inst))
 
     def _sync_logs(self, inst: InstanceState, visible: bool) -> None:

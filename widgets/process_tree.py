@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Mapping, Optional
 
 from rich.text import Text
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
+from console.agent.protocol import ProcRecord
+
 from .render import size
 
 
-def proc_label(rec: Dict[str, Any]) -> Text:
+def proc_label(rec: ProcRecord) -> Text:
     """``pid name [state] cpu rss gpu wchan command`` for one process (wchan "?" when the kernel hides it).
 
     The figures come before wchan and the command line so that they stay on screen in an 80-column pane.
@@ -35,7 +37,7 @@ def proc_label(rec: Dict[str, Any]) -> Text:
     return text
 
 
-class ProcessTree(Tree):
+class ProcessTree(Tree[int]):
     """Processes by parent. ``update_procs`` diffs against the nodes it holds instead of rebuilding."""
 
     DEFAULT_CSS = """
@@ -46,12 +48,12 @@ class ProcessTree(Tree):
         super().__init__("processes", id=id)
         self.show_root = False
         self.guide_depth = 2
-        self._pt_nodes: Dict[int, TreeNode] = {}
+        self._pt_nodes: Dict[int, TreeNode[int]] = {}
         self._pt_parent: Dict[int, Optional[int]] = {}
-        self._pt_records: Dict[int, Dict[str, Any]] = {}
+        self._pt_records: Dict[int, ProcRecord] = {}
         self._auto_expand = True
 
-    def update_procs(self, procs: Dict[int, Dict[str, Any]]) -> None:
+    def update_procs(self, procs: Mapping[int, ProcRecord]) -> None:
         cursor = self.cursor_node
         cursor_pid = cursor.data if cursor is not None else None
         # gone (or re-parented) processes first
@@ -100,7 +102,7 @@ class ProcessTree(Tree):
         while stack:
             child = stack.pop()
             cpid = child.data
-            if self._pt_nodes.get(cpid) is child:
+            if cpid is not None and self._pt_nodes.get(cpid) is child:
                 self._pt_nodes.pop(cpid, None)
                 self._pt_parent.pop(cpid, None)
                 self._pt_records.pop(cpid, None)
@@ -108,11 +110,11 @@ class ProcessTree(Tree):
         node.remove()
 
     @staticmethod
-    def _parent_of(rec: Dict[str, Any], procs: Dict[int, Dict[str, Any]]) -> Optional[int]:
+    def _parent_of(rec: ProcRecord, procs: Mapping[int, ProcRecord]) -> Optional[int]:
         ppid = rec.get("ppid")
         return ppid if ppid in procs and ppid != rec.get("pid") else None
 
-    def _ordered(self, procs: Dict[int, Dict[str, Any]]) -> List[int]:
+    def _ordered(self, procs: Mapping[int, ProcRecord]) -> List[int]:
         """Pids ordered so that every parent comes before its children (start time, then pid)."""
         children: Dict[Optional[int], List[int]] = {}
         for pid, rec in procs.items():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence
+from typing import List, Optional, Reversible, Sequence
 
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
@@ -44,11 +44,10 @@ def sparkline(values: Sequence[int], width: int) -> str:
     return "".join(chars).rjust(width)
 
 
-def tail(values: Iterable[int], count: int) -> list:
-    """The last ``count`` items of an iterable deque (cheap for deques: iterates from the right)."""
-    out = []
-    it = reversed(values) if hasattr(values, "__reversed__") else reversed(list(values))
-    for v in it:
+def tail(values: Reversible[int], count: int) -> List[int]:
+    """The last ``count`` items of a deque or list (cheap for deques: iterates from the right)."""
+    out: List[int] = []
+    for v in reversed(values):
         if len(out) >= count:
             break
         out.append(v)
