@@ -14,102 +14,24 @@ import bisect
 import time
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
-from rich.style import Style
 from textual import events
 from textual.binding import Binding
 from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from console.state import FleetState, InstanceState, format_age, matches
+from console.state import FleetState, InstanceState, matches
+from console.status import STALE
 
+from . import pane
 from .messages import CursorMoved, OpenInstance, SelectionChanged
-from .render import Line as Text
-from .render import bar, pct, size, sparkline, tail
+from .palette import Palette
 
-BADGES = {
-    "ok": "OK",
-    "gpu_idle": "GPU IDLE",
-    "benchmark_down": "BENCH DOWN",
-    "failed": "FAILED",
-    "stale": "STALE",
-    "unreachable": "UNREACHABLE",
-    "connecting": "CONNECTING",
-}
-STATUS_VARS = {
-    "ok": "success",
-    "gpu_idle": "status-idle",
-    "benchmark_down": "warning",
-    "failed": "error",
-    "unreachable": "error",
-    "stale": "status-stale",
-    "connecting": "status-connecting",
-}
 COMPACT_MIN_W = 56  # compact pane: two lines, at least this wide
 FULL_MIN_W = 50  # boxed pane
 FULL_MIN_HEIGHT = 36  # below this many rows the grid goes compact
-MAX_GPU_LINES = 8
 PANE_BUDGET = 6  # visible panes re-rendered per frame at most
 ORDER_HOLD = 2.0  # seconds the order holds after a key moves or selects, so panes do not jump under the cursor
-
-
-def badge_text(inst: InstanceState, now: float) -> str:
-    label = BADGES.get(inst.status, inst.status.upper())
-    if inst.status == "stale":
-        age = inst.age(now)
-        if age is not None:
-            label += " " + format_age(age)
-    return label
-
-
-class Palette:
-    """Rich styles for the current theme (rebuilt when the theme changes)."""
-
-    def __init__(self, variables: Dict[str, str], base: Style) -> None:
-        def color(name: str, default: str) -> str:
-            value = variables.get(name) or default
-            return value
-
-        def style(name: str, default: str, **kw) -> Style:
-            try:
-                return Style(color=color(name, default), **kw)
-            except Exception:
-                return Style(**kw)
-
-        self.base = base
-        self.status: Dict[str, Style] = {}
-        self.badge: Dict[str, Style] = {}
-        bg = color("background", "#000000")
-        for status, var in STATUS_VARS.items():
-            fg = color(var, "#ffffff")
-            try:
-                self.status[status] = Style(color=fg)
-                self.badge[status] = Style(color=bg, bgcolor=fg, bold=True)
-            except Exception:
-                self.status[status] = Style(bold=True)
-                self.badge[status] = Style(reverse=True, bold=True)
-        self.dim = style("foreground-muted", "#888888")
-        self.name = Style(bold=True)
-        self.spark = style("spark", "#5fafff")
-        self.util = style("primary", "#5fafff")
-        self.mem = style("secondary", "#0087af")
-        self.warn = style("warning", "#ffaf00")
-        self.error = style("error", "#ff5f5f")
-        self.demo = style("accent", "#ffaf00", bold=True)
-        try:
-            self.cursor = Style(bgcolor=_solid(color("primary-background", "") or color("panel", "#303030")))
-        except Exception:
-            self.cursor = Style(reverse=True)
-        self.selected = style("accent", "#ffaf00", bold=True)
-        self.border = style("border-blurred", "#585858")
-        self.border_focus = style("primary", "#5fafff", bold=True)
-
-
-def _solid(value: str) -> str:
-    """Theme variables can carry alpha (``#rrggbbaa``); rich wants ``#rrggbb``."""
-    if value.startswith("#") and len(value) == 9:
-        return value[:7]
-    return value
 
 
 class FleetGrid(ScrollView, can_focus=True):
@@ -185,9 +107,7 @@ class FleetGrid(ScrollView, can_focus=True):
         self.relayout()
 
     def pane_height(self, inst: InstanceState) -> int:
-        if self.compact:
-            return 2
-        return 5 + max(1, min(MAX_GPU_LINES, len(inst.gpus)) + (1 if len(inst.gpus) > MAX_GPU_LINES else 0))
+        return pane.pane_height(inst, self.compact)
 
     def relayout(self) -> None:
         width = self.scrollable_content_region.width or self.size.width
@@ -234,11 +154,7 @@ class FleetGrid(ScrollView, can_focus=True):
         """Called at the app's frame rate with the names changed since the last call."""
         width = self.scrollable_content_region.width or self.size.width
         reorder = self._order_version != self.state.order_version and time.monotonic() >= self._hold_order_until
-        if (
-            reorder
-            or width != self._laid_width
-            or self.size.height != self._laid_height
-        ):
+        if reorder or width != self._laid_width or self.size.height != self._laid_height:
             self.relayout()
             return
         pending = self._pending
@@ -325,188 +241,26 @@ class FleetGrid(ScrollView, can_focus=True):
             name == self.cursor_name and self.has_focus,
             name == self.cursor_name,
             name in self.selected,
-            int(now) if inst.status == "stale" else 0,
+            int(now) if inst.status == STALE else 0,
         )
         cached = self._cache.get(name)
         if cached is not None and cached[0] == key:
             return cached[1]
-        texts = self._pane_texts(inst, now, row_h)
-        pal = self.palette
-        strips = []
-        base = pal.base
-        for text in texts:
-            strips.append(Strip(text.segments(base)).adjust_cell_length(self.pane_w, base))
-        while len(strips) < row_h:
-            strips.append(Strip.blank(self.pane_w, pal.base))
+        strips = pane.pane_strips(
+            inst,
+            self.palette,
+            self.pane_w,
+            row_h,
+            now,
+            compact=self.compact,
+            cursor=name == self.cursor_name,
+            selected=name in self.selected,
+        )
         self._cache[name] = (key, strips)
         self.paints += 1
         if self.on_pane_rendered is not None:
             self.on_pane_rendered(name, inst.updated_at)
         return strips
-
-    def _pane_texts(self, inst: InstanceState, now: float, row_h: int) -> List[Text]:
-        if self.compact:
-            return self._compact_texts(inst, now)
-        return self._full_texts(inst, now, row_h)
-
-    def _gpu_summary(self, inst: InstanceState, width: int) -> Text:
-        pal = self.palette
-        text = Text()
-        if not inst.gpus:
-            if inst.gpu_state not in ("no_gpu", "error"):  # those two are already in the pane's flags
-                text.append("no GPU data yet", pal.dim)
-            return text
-        gpus = list(inst.gpus.values())
-        live = [g for g in gpus if not (g.lost or g.missing)]
-        utils = [g.util for g in live if g.util is not None]
-        avg = sum(utils) / len(utils) if utils else None
-        text.append("%dxGPU " % len(gpus), pal.dim)
-        text.append(pct(avg), pal.util)
-        mems = [g.mem_fraction for g in live if g.mem_fraction is not None]
-        mem = sum(mems) / len(mems) if mems else None
-        text.append(" mem ", pal.dim)
-        text.append(pct(None if mem is None else mem * 100), pal.mem)
-        spark_w = max(0, width - text.cell_len - 1)
-        if spark_w >= 4 and live:
-            hist = _mean_history(live, spark_w)
-            text.append(" ")
-            text.append(sparkline(hist, spark_w), pal.spark)
-        return text
-
-    def _head(self, inst: InstanceState, now: float, focus: bool) -> Text:
-        pal = self.palette
-        head = Text()
-        head.append("▶" if focus else " ", pal.border_focus if focus else pal.base)
-        head.append("●" if inst.name in self.selected else " ", pal.selected)
-        head.append(inst.name, pal.name)
-        head.append(" ")
-        head.append(" %s " % badge_text(inst, now), pal.badge.get(inst.status, pal.name))
-        return head
-
-    def _compact_texts(self, inst: InstanceState, now: float) -> List[Text]:
-        pal = self.palette
-        w = self.pane_w - 1
-        focus = inst.name == self.cursor_name
-        line1 = self._head(inst, now, focus)
-        flags = inst.flags()
-        if flags:
-            line1.append(" " + ", ".join(flags), pal.warn if inst.lost_gpus else pal.dim)
-        line1.append(" ")
-        rest = w - line1.cell_len
-        if rest > 12:
-            line1.append_text(self._gpu_summary(inst, rest))
-        line2 = Text("  ")
-        detail = self._detail_line(inst)
-        if detail is not None:
-            line2.append_text(detail)
-        else:
-            top = inst.busiest_process()
-            if top is not None:
-                line2.append(_proc_brief(top), pal.dim)
-                line2.append(" │ ", pal.dim)
-            if inst.last_log is not None:
-                line2.append(inst.last_log[2])
-        line1.truncate(w, overflow="ellipsis")
-        line2.truncate(w, overflow="ellipsis")
-        if focus:
-            line1.stylize(pal.cursor)
-            line2.stylize(pal.cursor)
-        return [line1, line2]
-
-    def _detail_line(self, inst: InstanceState) -> Optional[Text]:
-        """For trouble states, the reason beats the process/log line."""
-        pal = self.palette
-        if inst.status in ("unreachable", "failed", "benchmark_down", "stale") and inst.status_detail:
-            return Text(inst.status_detail, pal.status.get(inst.status, pal.name))
-        if inst.status == "connecting":
-            return Text(inst.status_detail or "connecting…", pal.dim)
-        return None
-
-    def _full_texts(self, inst: InstanceState, now: float, row_h: int) -> List[Text]:
-        pal = self.palette
-        w = self.pane_w
-        inner = w - 4
-        focus = inst.name == self.cursor_name
-        bstyle = pal.border_focus if focus else pal.border
-        corners = ("┏", "━", "┓", "┃", "┗", "┛") if focus else ("╭", "─", "╮", "│", "╰", "╯")
-        out: List[Text] = []
-        top = Text(corners[0], bstyle)
-        title = self._head(inst, now, False)
-        title.truncate(w - 4, overflow="ellipsis")
-        top.append_text(title)
-        top.append(" ")
-        top.append(corners[1] * max(0, w - 2 - top.cell_len + 1), bstyle)
-        top.append(corners[2], bstyle)
-        out.append(top)
-
-        def boxed(body: Text) -> Text:
-            body.truncate(inner, overflow="ellipsis", pad=True)
-            line = Text(corners[3] + " ", bstyle)
-            line.append_text(body)
-            line.append(" " + corners[3], bstyle)
-            return line
-
-        sub = Text()
-        addr = inst.host or ""
-        if inst.user:
-            addr = "%s@%s" % (inst.user, addr)
-        if inst.port and inst.port != 22:
-            addr += ":%s" % inst.port
-        sub.append(addr, pal.dim)
-        if inst.tags:
-            sub.append(" [" + ",".join(inst.tags) + "]", pal.dim)
-        flags = inst.flags()
-        if flags:
-            sub.append(" " + ", ".join(flags), pal.warn if inst.lost_gpus else pal.demo if inst.simulated else pal.dim)
-        detail = self._detail_line(inst)
-        if detail is not None:
-            sub = detail
-        out.append(boxed(sub))
-        gpus = sorted(inst.gpus.values(), key=lambda g: g.index)
-        if not gpus:
-            out.append(boxed(self._gpu_summary(inst, inner)))
-        for gpu in gpus[:MAX_GPU_LINES]:
-            out.append(boxed(self._gpu_line(gpu, inner)))
-        if len(gpus) > MAX_GPU_LINES:
-            out.append(boxed(Text("+%d more GPUs" % (len(gpus) - MAX_GPU_LINES), pal.dim)))
-        topp = inst.busiest_process()
-        out.append(boxed(Text("top " + _proc_brief(topp), pal.dim) if topp else Text("no processes", pal.dim)))
-        last = Text()
-        if inst.last_log is not None:
-            last.append(inst.last_log[2])
-        else:
-            last.append("no log lines", pal.dim)
-        out.append(boxed(last))
-        while len(out) < row_h - 1:
-            out.append(boxed(Text()))
-        out.append(Text(corners[4] + corners[1] * (w - 2) + corners[5], bstyle))
-        return out[:row_h]
-
-    def _gpu_line(self, gpu, width: int) -> Text:
-        pal = self.palette
-        text = Text("%d " % gpu.index, pal.dim)
-        if gpu.lost or gpu.missing:
-            text.append("LOST", pal.badge["failed"])
-            if gpu.error:
-                text.append(" " + str(gpu.error), pal.error)
-            return text
-        util = gpu.util
-        bw = 8 if width >= 44 else 5
-        text.append(bar(None if util is None else util / 100, bw), pal.util)
-        text.append(pct(util), pal.util)
-        frac = gpu.mem_fraction
-        text.append(" m", pal.dim)
-        text.append(bar(frac, bw // 2 + 1), pal.mem)
-        text.append(pct(None if frac is None else frac * 100), pal.mem)
-        temp = gpu.sample.get("temp")
-        temp_s = " %d°" % temp if temp is not None else ""
-        spark_w = width - text.cell_len - len(temp_s) - 1
-        if spark_w >= 3:
-            text.append(" ")
-            text.append(sparkline(tail(gpu.util_hist, spark_w), spark_w), pal.spark)
-        if temp_s:
-            text.append(temp_s, pal.warn if temp >= 85 else pal.dim)
-        return text
 
     # -- cursor / selection / mouse ------------------------------------------------------------------
     def _move_to(self, name: Optional[str]) -> None:
@@ -607,31 +361,6 @@ class FleetGrid(ScrollView, can_focus=True):
     def on_blur(self) -> None:
         if self.cursor_name:
             self._refresh_pane(self.cursor_name)
-
-
-def _mean_history(gpus, width: int) -> List[int]:
-    """Per-sample mean util over the given GPUs for the last ``width`` samples."""
-    tails = [tail(g.util_hist, width) for g in gpus]
-    n = max((len(t) for t in tails), default=0)
-    out = []
-    for i in range(n):
-        vals = [t[i - n + len(t)] for t in tails if i - n + len(t) >= 0 and t[i - n + len(t)] >= 0]
-        out.append(sum(vals) // len(vals) if vals else -1)
-    return out
-
-
-def _proc_brief(rec) -> str:
-    if rec is None:
-        return ""
-    parts = ["%s %s" % (rec.get("pid"), rec.get("name") or "?")]
-    cpu = rec.get("cpu")
-    if cpu is not None:
-        parts.append("cpu %d%%" % cpu)
-    if rec.get("gpu_mem"):
-        parts.append("gpu " + size(rec.get("gpu_mem")))
-    elif rec.get("rss"):
-        parts.append("rss " + size(rec.get("rss")))
-    return " ".join(parts)
 
 
 __all__ = ["FleetGrid"]

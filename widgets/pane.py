@@ -1,0 +1,279 @@
+"""One instance's pane as lines of text: pure functions of (instance, palette, width, height, now).
+
+No App and no widget here, so a pane can be rendered and checked on its own (tests/test_pane.py); the
+grid (``fleet_grid.py``) lays panes out, caches their strips by instance version and repaints a bounded
+number per frame. Two shapes: ``compact`` (two lines: name, badge, flags, GPU summary; then the reason
+for trouble or the busiest process and the last log line) and ``boxed`` (a border, the address, a line
+per GPU, the busiest process, the last log line).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, List, Optional
+
+from textual.strip import Strip
+
+from console.agent.protocol import ProcRecord
+from console.state import GpuState, InstanceState, format_age
+from console.status import BENCHMARK_DOWN, CONNECTING, FAILED, STALE, UNREACHABLE, badge
+
+from .palette import Palette
+from .render import Line, bar, pct, size, sparkline, tail
+
+MAX_GPU_LINES = 8  # boxed pane: GPU lines shown, then "+N more GPUs"
+COMPACT_HEIGHT = 2
+_REASON_FIRST = frozenset((UNREACHABLE, FAILED, BENCHMARK_DOWN, STALE))  # their detail replaces process/log
+
+
+def badge_text(inst: InstanceState, now: float) -> str:
+    """The badge's words; a stale instance's badge counts the age of its data."""
+    label = badge(inst.status)
+    if inst.status == STALE:
+        age = inst.age(now)
+        if age is not None:
+            label += " " + format_age(age)
+    return label
+
+
+def pane_height(inst: InstanceState, compact: bool) -> int:
+    """Rows the pane needs: compact panes two, boxed panes grow with the GPU count (up to MAX_GPU_LINES)."""
+    if compact:
+        return COMPACT_HEIGHT
+    n = len(inst.gpus)
+    return 5 + max(1, min(MAX_GPU_LINES, n) + (1 if n > MAX_GPU_LINES else 0))
+
+
+def pane_strips(
+    inst: InstanceState,
+    pal: Palette,
+    width: int,
+    height: int,
+    now: float,
+    *,
+    compact: bool,
+    cursor: bool = False,
+    selected: bool = False,
+) -> List[Strip]:
+    """The pane as exactly ``height`` strips of ``width`` cells (what the grid paints)."""
+    base = pal.base
+    lines = pane_lines(inst, pal, width, height, now, compact=compact, cursor=cursor, selected=selected)
+    strips = [Strip(line.segments(base)).adjust_cell_length(width, base) for line in lines]
+    while len(strips) < height:
+        strips.append(Strip.blank(width, base))
+    return strips
+
+
+def pane_lines(
+    inst: InstanceState,
+    pal: Palette,
+    width: int,
+    height: int,
+    now: float,
+    *,
+    compact: bool,
+    cursor: bool = False,
+    selected: bool = False,
+) -> List[Line]:
+    """The pane's lines (at most ``height``); ``cursor``: the grid's cursor is on it, ``selected``: marked."""
+    if compact:
+        return compact_lines(inst, pal, width, now, cursor=cursor, selected=selected)
+    return boxed_lines(inst, pal, width, height, now, cursor=cursor, selected=selected)
+
+
+def compact_lines(
+    inst: InstanceState, pal: Palette, width: int, now: float, *, cursor: bool = False, selected: bool = False
+) -> List[Line]:
+    """Two lines: head, flags and GPU summary; then the trouble reason, or busiest process │ last log line."""
+    w = width - 1
+    line1 = _head(inst, pal, now, cursor, selected)
+    flags = inst.flags()
+    if flags:
+        line1.append(" " + ", ".join(flags), pal.warn if inst.lost_gpus else pal.dim)
+    line1.append(" ")
+    rest = w - line1.cell_len
+    if rest > 12:
+        line1.append_text(gpu_summary(inst, pal, rest))
+    line2 = Line("  ")
+    detail = detail_line(inst, pal)
+    if detail is not None:
+        line2.append_text(detail)
+    else:
+        top = inst.busiest_process()
+        if top is not None:
+            line2.append(proc_brief(top), pal.dim)
+            line2.append(" │ ", pal.dim)
+        if inst.last_log is not None:
+            line2.append(inst.last_log[2])
+    line1.truncate(w, overflow="ellipsis")
+    line2.truncate(w, overflow="ellipsis")
+    if cursor:
+        line1.stylize(pal.cursor)
+        line2.stylize(pal.cursor)
+    return [line1, line2]
+
+
+def boxed_lines(
+    inst: InstanceState,
+    pal: Palette,
+    width: int,
+    height: int,
+    now: float,
+    *,
+    cursor: bool = False,
+    selected: bool = False,
+) -> List[Line]:
+    """A bordered pane (heavy border under the cursor): title, address/flags or trouble reason, a line per
+    GPU, the busiest process, the last log line, blank lines down to ``height``."""
+    w = width
+    inner = w - 4
+    bstyle = pal.border_focus if cursor else pal.border
+    corners = ("┏", "━", "┓", "┃", "┗", "┛") if cursor else ("╭", "─", "╮", "│", "╰", "╯")
+    out: List[Line] = []
+    top = Line(corners[0], bstyle)
+    title = _head(inst, pal, now, False, selected)
+    title.truncate(w - 4, overflow="ellipsis")
+    top.append_text(title)
+    top.append(" ")
+    top.append(corners[1] * max(0, w - 2 - top.cell_len + 1), bstyle)
+    top.append(corners[2], bstyle)
+    out.append(top)
+
+    def boxed(body: Line) -> Line:
+        body.truncate(inner, overflow="ellipsis", pad=True)
+        line = Line(corners[3] + " ", bstyle)
+        line.append_text(body)
+        line.append(" " + corners[3], bstyle)
+        return line
+
+    sub = Line()
+    addr = inst.host or ""
+    if inst.user:
+        addr = "%s@%s" % (inst.user, addr)
+    if inst.port and inst.port != 22:
+        addr += ":%s" % inst.port
+    sub.append(addr, pal.dim)
+    if inst.tags:
+        sub.append(" [" + ",".join(inst.tags) + "]", pal.dim)
+    flags = inst.flags()
+    if flags:
+        sub.append(" " + ", ".join(flags), pal.warn if inst.lost_gpus else pal.demo if inst.simulated else pal.dim)
+    detail = detail_line(inst, pal)
+    if detail is not None:
+        sub = detail
+    out.append(boxed(sub))
+    gpus = sorted(inst.gpus.values(), key=lambda g: g.index)
+    if not gpus:
+        out.append(boxed(gpu_summary(inst, pal, inner)))
+    for gpu in gpus[:MAX_GPU_LINES]:
+        out.append(boxed(gpu_line(gpu, pal, inner)))
+    if len(gpus) > MAX_GPU_LINES:
+        out.append(boxed(Line("+%d more GPUs" % (len(gpus) - MAX_GPU_LINES), pal.dim)))
+    topp = inst.busiest_process()
+    out.append(boxed(Line("top " + proc_brief(topp), pal.dim) if topp else Line("no processes", pal.dim)))
+    last = Line()
+    if inst.last_log is not None:
+        last.append(inst.last_log[2])
+    else:
+        last.append("no log lines", pal.dim)
+    out.append(boxed(last))
+    while len(out) < height - 1:
+        out.append(boxed(Line()))
+    out.append(Line(corners[4] + corners[1] * (w - 2) + corners[5], bstyle))
+    return out[:height]
+
+
+def detail_line(inst: InstanceState, pal: Palette) -> Optional[Line]:
+    """For trouble states, the reason beats the process/log line."""
+    if inst.status in _REASON_FIRST and inst.status_detail:
+        return Line(inst.status_detail, pal.status.get(inst.status, pal.name))
+    if inst.status == CONNECTING:
+        return Line(inst.status_detail or "connecting…", pal.dim)
+    return None
+
+
+def gpu_summary(inst: InstanceState, pal: Palette, width: int) -> Line:
+    """``NxGPU util% mem mem%`` over the live GPUs, and their mean util sparkline in what room is left."""
+    text = Line()
+    if not inst.gpus:
+        if inst.gpu_state not in ("no_gpu", "error"):  # those two are already in the pane's flags
+            text.append("no GPU data yet", pal.dim)
+        return text
+    gpus = list(inst.gpus.values())
+    live = [g for g in gpus if not (g.lost or g.missing)]
+    utils = [g.util for g in live if g.util is not None]
+    avg = sum(utils) / len(utils) if utils else None
+    text.append("%dxGPU " % len(gpus), pal.dim)
+    text.append(pct(avg), pal.util)
+    mems = [g.mem_fraction for g in live if g.mem_fraction is not None]
+    mem = sum(mems) / len(mems) if mems else None
+    text.append(" mem ", pal.dim)
+    text.append(pct(None if mem is None else mem * 100), pal.mem)
+    spark_w = max(0, width - text.cell_len - 1)
+    if spark_w >= 4 and live:
+        hist = mean_history(live, spark_w)
+        text.append(" ")
+        text.append(sparkline(hist, spark_w), pal.spark)
+    return text
+
+
+def gpu_line(gpu: GpuState, pal: Palette, width: int) -> Line:
+    """One GPU: index, util bar and %, memory bar and %, util sparkline, temperature (warn from 85°)."""
+    text = Line("%d " % gpu.index, pal.dim)
+    if gpu.lost or gpu.missing:
+        text.append("LOST", pal.badge[FAILED])
+        if gpu.error:
+            text.append(" " + str(gpu.error), pal.error)
+        return text
+    util = gpu.util
+    bw = 8 if width >= 44 else 5
+    text.append(bar(None if util is None else util / 100, bw), pal.util)
+    text.append(pct(util), pal.util)
+    frac = gpu.mem_fraction
+    text.append(" m", pal.dim)
+    text.append(bar(frac, bw // 2 + 1), pal.mem)
+    text.append(pct(None if frac is None else frac * 100), pal.mem)
+    temp = gpu.sample.get("temp")
+    temp_s = " %d°" % temp if temp is not None else ""
+    spark_w = width - text.cell_len - len(temp_s) - 1
+    if spark_w >= 3:
+        text.append(" ")
+        text.append(sparkline(tail(gpu.util_hist, spark_w), spark_w), pal.spark)
+    if temp is not None:
+        text.append(temp_s, pal.warn if temp >= 85 else pal.dim)
+    return text
+
+
+def mean_history(gpus: Iterable[GpuState], width: int) -> List[int]:
+    """Per-sample mean util over the given GPUs for the last ``width`` samples."""
+    tails = [tail(g.util_hist, width) for g in gpus]
+    n = max((len(t) for t in tails), default=0)
+    out = []
+    for i in range(n):
+        vals = [t[i - n + len(t)] for t in tails if i - n + len(t) >= 0 and t[i - n + len(t)] >= 0]
+        out.append(sum(vals) // len(vals) if vals else -1)
+    return out
+
+
+def proc_brief(rec: Optional[ProcRecord]) -> str:
+    """``pid name cpu N% gpu|rss SIZE`` for one process record."""
+    if rec is None:
+        return ""
+    parts = ["%s %s" % (rec.get("pid"), rec.get("name") or "?")]
+    cpu = rec.get("cpu")
+    if cpu is not None:
+        parts.append("cpu %d%%" % cpu)
+    if rec.get("gpu_mem"):
+        parts.append("gpu " + size(rec.get("gpu_mem")))
+    elif rec.get("rss"):
+        parts.append("rss " + size(rec.get("rss")))
+    return " ".join(parts)
+
+
+def _head(inst: InstanceState, pal: Palette, now: float, cursor: bool, selected: bool) -> Line:
+    head = Line()
+    head.append("▶" if cursor else " ", pal.border_focus if cursor else pal.base)
+    head.append("●" if selected else " ", pal.selected)
+    head.append(inst.name, pal.name)
+    head.append(" ")
+    head.append(" %s " % badge_text(inst, now), pal.badge.get(inst.status, pal.name))
+    return head
