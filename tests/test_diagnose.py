@@ -361,3 +361,18 @@ def test_diagnose_op_and_function_without_an_agent(chains: Harness) -> None:
     assert set(data) >= {"verdict", "findings", "steps"}
     empty = agent_config._merge(agent_config.DEFAULTS, {"watch_dirs": []})
     assert dg.diagnose(empty, include_dmesg=False)["verdict"]["code"] == "healthy"
+
+
+def test_one_age_format_for_the_whole_project() -> None:
+    from console.agent.timefmt import fmt_age
+
+    assert [fmt_age(s) for s in (-3, 0, 5, 95, 119, 120, 185, 7199, 7200, 7380)] == [
+        "0s", "0s", "5s", "95s", "119s", "2m 00s", "3m 05s", "119m 59s", "2h 00m", "2h 03m"]
+    assert dg.fmt_age is fmt_age
+
+
+def test_the_defaults_table_covers_the_typed_config() -> None:
+    assert set(agent_config.DEFAULTS) == set(agent_config.AgentConfig.__annotations__)
+    assert set(agent_config.DEFAULTS["benchmark"]) == set(agent_config.BenchmarkConfig.__annotations__)
+    assert agent_config.STARTUP_GRACE_SECONDS == agent_config.DEFAULTS["startup_grace"] == 90.0
+    assert agent_config.load() == agent_config.DEFAULTS and agent_config.load() is not agent_config.DEFAULTS
