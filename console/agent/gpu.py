@@ -145,7 +145,7 @@ def load_nvml(config: Dict[str, Any]) -> tuple[Optional[Any], bool, Optional[str
         nvml_sim.configure(simulate)
         return nvml_sim, True, None
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
     except Exception as exc:  # ImportError, or a broken install
         return None, False, "pynvml not available: %s" % exc
     return pynvml, False, None

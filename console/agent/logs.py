@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Deque, Dict, Iterable, List, Optional, Tuple
 
 from .config import as_list
 
@@ -328,7 +328,7 @@ def backlog_frame(f: Any, lines: List[str], first_line: int, max_chars: int) -> 
 
 
 def batch_frames(
-    f: Any, kept: List[bytes], total: int, start_no: int, now: float, max_chars: int, event: Optional[str]
+    f: Any, kept: Iterable[bytes], total: int, start_no: int, now: float, max_chars: int, event: Optional[str]
 ) -> List[Dict[str, Any]]:
     """The frame for ``total`` new complete lines of ``f`` (the last ``kept`` of them as bytes), numbered from
     ``start_no``: capped to a batch (with a skipped marker), plus the pending partial line once it settled.

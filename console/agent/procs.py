@@ -52,7 +52,7 @@ import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 try:  # optional
-    import psutil  # type: ignore[import-not-found]
+    import psutil  # type: ignore[import-not-found,import-untyped,unused-ignore]
 except Exception:  # ImportError or a broken install
     psutil = None  # type: ignore[assignment]
 

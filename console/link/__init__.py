@@ -1,0 +1,57 @@
+"""Links: one per instance, each keeping that instance's agent running and its frames flowing.
+
+- ``base.py``: ``AgentLink`` (session loop, requests by id, reconnect with ``Backoff``), ``Session``;
+- ``ssh.py``: ``SshLink`` (asyncssh, known_hosts, agent upload, or an agentless session when the host has
+  no usable python3: ``console.agentless``);
+- ``local.py``: ``LocalLink`` (the agent as a local subprocess);
+- ``exec.py``: one command on its own exec channel of an SSH connection.
+
+Imports flow one way: ``base`` <- ``exec`` <- ``console.agentless.session`` <- ``ssh``; ``base`` <- ``local``.
+"""
+
+from __future__ import annotations
+
+from console.inventory import Instance
+from console.link.base import (
+    HELLO_TIMEOUT,
+    MAX_LINE,
+    SILENCE_TIMEOUT,
+    AgentLink,
+    Backoff,
+    CommandResult,
+    FrameHandler,
+    LinkError,
+    Session,
+    SessionFailed,
+    StatusHandler,
+)
+from console.link.exec import RawResult, exec_command, failure_reason
+from console.link.local import LocalLink
+from console.link.ssh import REMOTE_DIR, SshLink
+
+__all__ = [
+    "HELLO_TIMEOUT",
+    "MAX_LINE",
+    "REMOTE_DIR",
+    "SILENCE_TIMEOUT",
+    "AgentLink",
+    "Backoff",
+    "CommandResult",
+    "FrameHandler",
+    "LinkError",
+    "LocalLink",
+    "RawResult",
+    "Session",
+    "SessionFailed",
+    "SshLink",
+    "StatusHandler",
+    "exec_command",
+    "failure_reason",
+    "make_link",
+]
+
+
+def make_link(instance: Instance, on_frame: FrameHandler, on_status: StatusHandler) -> AgentLink:
+    """The link for an instance's transport."""
+    cls = LocalLink if instance.transport == "local" else SshLink
+    return cls(instance, on_frame, on_status)

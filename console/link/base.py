@@ -1,0 +1,239 @@
+"""The link core: one per instance, keeping that instance's agent running and its frames flowing.
+
+``AgentLink`` owns the session loop (hello, frames, requests answered by id, silence and reconnect with
+jittered exponential backoff); a subclass says how a session is opened (``SshLink`` in ``ssh.py``,
+``LocalLink`` in ``local.py``). A session is anything with the ``Session`` interface: the agent's stdio
+over an SSH channel or a pipe, or the agentless poller (``console.agentless.session``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import random
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import asyncssh
+
+from console.agent.protocol import PROTOCOL_VERSION, ProtocolError, decode_frame, encode
+from console.inventory import Instance
+
+FrameHandler = Callable[[str, dict[str, Any]], None]
+StatusHandler = Callable[[str, str, str], None]
+
+HELLO_TIMEOUT = 30.0  # seconds from starting the agent to its hello
+SILENCE_TIMEOUT = 30.0  # no frame at all for this long: the session is dead, reconnect
+MAX_LINE = 16 * 1024 * 1024
+
+
+class LinkError(Exception):
+    """A request or command could not be carried out on an instance."""
+
+
+@dataclass
+class CommandResult:
+    exit_status: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+
+
+class Backoff:
+    """Exponential backoff with jitter: delays spread so a fleet does not reconnect in lockstep."""
+
+    def __init__(self, base: float = 1.0, cap: float = 30.0) -> None:
+        self.base, self.cap, self.attempt = base, cap, 0
+
+    def next_delay(self) -> float:
+        ceiling = min(self.cap, self.base * (2**self.attempt))
+        self.attempt += 1
+        return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+class Session(Protocol):
+    """What a link reads frames from and writes requests to."""
+
+    async def readline(self) -> bytes: ...
+    def write(self, data: bytes) -> None: ...
+    def stderr_tail(self) -> str: ...
+    async def close(self) -> None: ...
+
+
+class SessionFailed(Exception):
+    """The session could not start or ended; ``status`` says how, for the UI."""
+
+    def __init__(self, status: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+class AgentLink:
+    """Keeps one instance's agent running; subclasses say how to reach it."""
+
+    def __init__(
+        self,
+        instance: Instance,
+        on_frame: FrameHandler,
+        on_status: StatusHandler,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.instance = instance
+        self.name = instance.name
+        self._on_frame = on_frame
+        self._on_status = on_status
+        self.backoff = backoff or Backoff()
+        self.status, self.detail = "idle", ""
+        self._session: Session | None = None
+        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._ids = itertools.count(1)
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self.connected_event = asyncio.Event()
+        self.last_frame_at = 0.0
+
+    # -- public ---------------------------------------------------------------------------------
+    def start(self) -> asyncio.Task[None]:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"link:{self.name}")
+        return self._task
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._session is not None:
+            with contextlib.suppress(Exception):
+                self._session.write(encode({"id": 0, "op": "stop", "args": {}}))
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        await self._close_session()
+        self._set_status("closed", "stopped")
+
+    async def request(self, op: str, args: dict[str, Any] | None = None, timeout: float = 60.0) -> dict[str, Any]:
+        """Send a request to the agent and wait for its ``result`` frame."""
+        session = self._session
+        if session is None or self.status != "connected":
+            raise LinkError(f"{self.name}: not connected ({self.status}: {self.detail})")
+        req_id = next(self._ids)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[req_id] = future
+        try:
+            session.write(encode({"id": req_id, "op": op, "args": args or {}}))
+            return await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            raise LinkError(f"{self.name}: no answer to {op!r} within {timeout:g} s") from None
+        finally:
+            self._pending.pop(req_id, None)
+
+    async def run_command(self, command: str, timeout: float = 20.0) -> CommandResult:
+        raise NotImplementedError
+
+    # -- loop -----------------------------------------------------------------------------------
+    async def _run(self) -> None:
+        while not self._stopping:
+            self._set_status("connecting", self.instance.address)
+            try:
+                await self._serve_session()
+                status, detail = "unreachable", "agent session ended"
+            except SessionFailed as exc:
+                status, detail = exc.status, exc.detail
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a bug or an unexpected library error: keep the fleet running
+                status, detail = "agent_failed", f"{type(exc).__name__}: {exc}"
+            finally:
+                await self._close_session()
+            if self._stopping:
+                break
+            delay = self.backoff.next_delay()
+            self._set_status(status, f"{detail} (retry in {delay:.0f} s)")
+            await asyncio.sleep(delay)
+
+    async def _serve_session(self) -> None:
+        self._session = await self._open_session()
+        line = await self._read_line(HELLO_TIMEOUT, "no hello from the agent")
+        hello = self._parse(line)
+        if hello is None or hello.get("type") != "hello":
+            raise SessionFailed("agent_failed", "the agent did not say hello: " + self._session.stderr_tail())
+        if hello.get("v") != PROTOCOL_VERSION:
+            raise SessionFailed("agent_failed", f"agent speaks protocol {hello.get('v')}, need {PROTOCOL_VERSION}")
+        self._deliver(hello)
+        self.backoff.reset()
+        detail = getattr(self._session, "status_detail", None)  # an agentless session says why it is one
+        self._set_status("connected", detail or f"agent {hello.get('agent_version')} pid {hello.get('pid')}")
+        while not self._stopping:  # also ends a session whose cancellation got lost (wait_for with a ready line)
+            line = await self._read_line(SILENCE_TIMEOUT, f"agent silent for {SILENCE_TIMEOUT:.0f} s")
+            frame = self._parse(line)
+            if frame is not None:
+                self._deliver(frame)
+
+    async def _read_line(self, timeout: float, what: str) -> bytes:
+        assert self._session is not None
+        try:
+            line = await asyncio.wait_for(self._session.readline(), timeout)
+        except TimeoutError:
+            raise SessionFailed("unreachable", what) from None
+        except (asyncssh.Error, OSError, asyncio.IncompleteReadError, ValueError) as exc:
+            raise SessionFailed("unreachable", f"connection lost: {exc}") from None
+        if not line:
+            tail = self._session.stderr_tail()
+            raise SessionFailed("agent_failed" if tail else "unreachable", tail or "connection closed")
+        return line
+
+    def _parse(self, line: bytes) -> dict[str, Any] | None:
+        try:
+            return decode_frame(line)
+        except ProtocolError as exc:
+            self._on_frame(self.name, {"type": "error", "ts": time.time(), "message": f"bad frame: {exc}"})
+            return None
+
+    def _deliver(self, frame: dict[str, Any]) -> None:
+        self.last_frame_at = time.time()
+        if frame["type"] == "result":
+            future = self._pending.get(frame.get("id"))  # type: ignore[arg-type]
+            if future is not None and not future.done():
+                future.set_result(frame)
+        self._on_frame(self.name, frame)
+
+    def _set_status(self, status: str, detail: str) -> None:
+        self.status, self.detail = status, detail
+        if status == "connected":
+            self.connected_event.set()
+        else:
+            self.connected_event.clear()
+        self._on_status(self.name, status, detail)
+
+    async def _close_session(self) -> None:
+        session, self._session = self._session, None
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(LinkError(f"{self.name}: connection lost"))
+        if session is not None:
+            with contextlib.suppress(Exception):
+                await session.close()
+
+    async def _open_session(self) -> Session:
+        raise NotImplementedError
+
+
+class StderrTail:
+    """The last few non-empty stderr lines of an agent, for the status detail when it dies."""
+
+    def __init__(self) -> None:
+        self.lines: deque[str] = deque(maxlen=5)
+
+    def add(self, data: bytes) -> None:
+        for line in data.decode("utf-8", "replace").splitlines():
+            if line.strip():
+                self.lines.append(line.strip())
+
+    def text(self) -> str:
+        return " | ".join(self.lines)
