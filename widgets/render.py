@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import List, Optional, Reversible, Sequence
+from typing import List, Optional, Reversible, Sequence, Tuple
 
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
+from rich.style import Style
 
 SPARK = "▁▂▃▄▅▆▇█"
 EIGHTHS = " ▏▎▍▌▋▊▉"
@@ -82,11 +83,11 @@ class Line:
 
     __slots__ = ("_bg", "parts")
 
-    def __init__(self, text: str = "", style=None) -> None:
-        self.parts: list = [(text, style)] if text else []
-        self._bg = None
+    def __init__(self, text: str = "", style: Optional[Style] = None) -> None:
+        self.parts: List[Tuple[str, Optional[Style]]] = [(text, style)] if text else []
+        self._bg: Optional[Style] = None
 
-    def append(self, text: str, style=None) -> Line:
+    def append(self, text: str, style: Optional[Style] = None) -> Line:
         if text:
             self.parts.append((text, style))
         return self
@@ -104,7 +105,7 @@ class Line:
         return "".join(t for t, _ in self.parts)
 
     def truncate(self, width: int, overflow: str = "ellipsis", pad: bool = False) -> None:
-        out = []
+        out: List[Tuple[str, Optional[Style]]] = []
         used = 0
         for text, style in self.parts:
             n = cell_len(text)
@@ -123,11 +124,11 @@ class Line:
             out.append((" " * (width - used), None))
         self.parts = out
 
-    def stylize(self, style) -> None:
+    def stylize(self, style: Style) -> None:
         """A style under every part (e.g. the cursor's background)."""
         self._bg = style
 
-    def segments(self, base):
+    def segments(self, base: Style) -> List[Segment]:
         bg = self._bg
         under = base + bg if bg is not None else base
         return [Segment(text, under + style if style is not None else under) for text, style in self.parts]
