@@ -1,7 +1,7 @@
 """The fleet grid: one pane per instance, drawn with the Line API in a single scrolling widget.
 
 Why one widget: a grid of a hundred ``Sparkline`` + ``DataTable`` panes was measured far too slow
-(design.md, "Rendering cost"). Here each pane is a few lines of rich ``Text`` rendered once per change
+(design.md, "Rendering cost"). Here each pane is a few strips drawn by ``pane.py`` once per change
 of its instance (cached by the instance's version) and only when visible; the app calls
 ``update_from_state(dirty)`` at a bounded frame rate and only the changed, visible panes' regions are
 refreshed. The layout reflows with the widget's size: two-line compact panes in a small terminal (an
