@@ -50,17 +50,17 @@ command = "df -h /"
 @pytest.mark.parametrize(
     ("text", "line", "reason"),
     [
-        ("[[instance]]\nname = 'a'\nhost = 'h'\nport = 'x'\n", 1, "port must be a number"),
+        ("[[instance]]\nname = 'a'\nhost = 'h'\nport = 'x'\n", 4, "port must be a number"),
         ("[[instance]]\nname = 'a'\nhost = \n", 3, "invalid TOML"),
         ("[[instance]]\nname = 'a'\n", 1, "needs a host"),
         ("\n[[instance]]\nname = 'a'\nhost = 'h'\n\n[[instance]]\nname = 'a'\nhost = 'h2'\n", 6, "duplicate instance"),
-        ("[[instance]]\nname = 'a'\nhots = 'h'\n", 1, "unknown instance key 'hots'"),
-        ("[[instance]]\nname = 'a'\nhost = 'h'\nstall_seconds = 0\n", 1, "stall_seconds must be a positive number"),
-        ("[defaults]\nstall_seconds = 'x'\n\n[[instance]]\nname = 'a'\nhost = 'h'\n", 4,
+        ("[[instance]]\nname = 'a'\nhots = 'h'\n", 3, "unknown instance key 'hots'"),
+        ("[[instance]]\nname = 'a'\nhost = 'h'\nstall_seconds = 0\n", 4, "stall_seconds must be a positive number"),
+        ("[defaults]\nstall_seconds = 'x'\n\n[[instance]]\nname = 'a'\nhost = 'h'\n", 2,
          "stall_seconds must be a positive number"),
         ("[benchmark]\nmatch = ['(unclosed']\n", 2, "bad benchmark pattern"),
         ("[benchmark]\nenv = { 'A B' = 'x' }\n", 2, "benchmark.env must be a table"),
-        ("[[probe]]\nname = 'x'\nkey = '1'\ncommand = 'true'\n", 1, "built-in probe"),
+        ("[[probe]]\nname = 'x'\nkey = '1'\ncommand = 'true'\n", 3, "built-in probe"),
         ("[[import]]\nvastai_json = 'missing.json'\n", None, "cannot read vast.ai JSON"),
     ],
 )

@@ -1,0 +1,358 @@
+"""``load_fleet``: the fleet file read, checked against :mod:`schema`, and turned into records.
+
+Three steps, each with ``file:line: reason`` errors: TOML (``toml_text``), shape (msgspec, whose error
+path is mapped back to a line by ``LineIndex``), then what a type cannot say (regexes compile, names
+are unique, an import says what to import), and the imports are read.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from msgspec.inspect import DictType, ListType, Metadata, StructType, UnionType, type_info
+from msgspec.structs import asdict
+
+from console.actions import BUILTIN_PROBE_KEYS
+from console.inventory import schema, toml_text
+from console.inventory.errors import ConfigError, read_capped
+from console.inventory.imports import read_ssh_config, read_vastai_json
+from console.inventory.records import (
+    BenchmarkSpec,
+    Fleet,
+    ImportSpec,
+    Instance,
+    ProbeSpec,
+    SignatureSpec,
+)
+from console.inventory.schema import BenchmarkRow, FleetFile, ImportRow, InstanceRow
+
+DEFAULT_FLEET_PATHS = ("fleet.toml", "~/.config/fleet-console/fleet.toml")
+VASTAI_COMMAND = ("vastai", "show", "instances", "--raw")
+_ARRAYS = {"instance", "probe", "signature", "import"}
+_INSTANCE_FIELDS = set(Instance.__dataclass_fields__) - {"benchmark", "agent_extra", "source"}
+_LISTS = ("tags", "logs", "watch_dirs", "jump")
+
+
+def find_fleet_file(explicit: str | None) -> Path | None:
+    """The fleet file to use: ``--fleet``, else ./fleet.toml, else the user's config dir."""
+    if explicit:
+        return Path(explicit).expanduser()
+    for candidate in DEFAULT_FLEET_PATHS:
+        p = Path(candidate).expanduser()
+        if p.exists():
+            return p
+    return None
+
+
+def load_fleet(path: str | Path) -> Fleet:
+    """Read and validate a fleet file (and the host lists it imports)."""
+    path = Path(path).expanduser()
+    text = read_capped(path, "fleet file")
+    try:
+        data, lines = toml_text.parse(text)
+    except tomllib.TOMLDecodeError as exc:
+        msg = str(exc)
+        m = re.search(r"\(at line (\d+), column \d+\)", msg)
+        line = int(m.group(1)) if m else getattr(exc, "lineno", None)
+        raise ConfigError(path, line, "invalid TOML: " + re.sub(r"\s*\(at line.*\)$", "", msg)) from None
+    except RecursionError:
+        raise ConfigError(path, None, "invalid TOML: nested too deep") from None
+    try:
+        doc = msgspec.convert(data, FleetFile, strict=True)
+    except msgspec.ValidationError as exc:
+        raise _explain(str(exc), data, path, lines) from None
+    return _Builder(path, lines, doc).fleet()
+
+
+# -- msgspec's error, explained ---------------------------------------------------------------------
+
+_STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\[\.\.\.\]")
+
+
+def _parse_path(at: str) -> list[Any]:
+    """``$.instance[3].port`` -> ``["instance", 3, "port"]`` (stops at ``[...]``, a dict value)."""
+    out: list[Any] = []
+    for m in _STEP.finditer(at, 1):
+        if m.group(0) == "[...]":
+            break
+        out.append(m.group(1) if m.group(1) is not None else int(m.group(2)))
+    return out
+
+
+def _struct_of(t: Any) -> StructType | None:
+    while True:
+        if isinstance(t, StructType):
+            return t
+        if isinstance(t, Metadata):
+            t = t.type
+        elif isinstance(t, (ListType, DictType)):
+            t = t.item_type if isinstance(t, ListType) else t.value_type
+        elif isinstance(t, UnionType):
+            found = [s for s in (_struct_of(u) for u in t.types) if s is not None]
+            return found[0] if found else None
+        else:
+            return None
+
+
+def _description(t: Any) -> str | None:
+    if isinstance(t, Metadata):
+        desc = (t.extra_json_schema or {}).get("description")
+        return desc if isinstance(desc, str) else _description(t.type)
+    if isinstance(t, UnionType):
+        for u in t.types:
+            desc = _description(u)
+            if desc:
+                return desc
+    if isinstance(t, ListType):
+        return _description(t.item_type)
+    return None
+
+
+_ROOT = type_info(FleetFile)
+
+
+def _walk(comps: list[Any], into: bool) -> tuple[StructType, Any]:
+    """The struct at ``comps`` (``into``) or holding its last key, and that key's field (None: not one)."""
+    assert isinstance(_ROOT, StructType)
+    struct: StructType = _ROOT
+    found: Any = None
+    keys = [c for c in comps if isinstance(c, str)]
+    for n, comp in enumerate(keys, 1):
+        found = next((f for f in struct.fields if f.encode_name == comp), None)
+        if found is None:
+            break
+        child = _struct_of(found.type)
+        if child is not None and (into or n < len(keys)):
+            struct = child
+    return struct, found
+
+
+def _value_at(data: Any, comps: list[Any]) -> Any:
+    for comp in comps:
+        try:
+            data = data[comp]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _context(data: dict[str, Any], comps: list[Any]) -> tuple[str, list[str]]:
+    """How a message names where it is ("instance 'a': ") and the key path inside that."""
+    keys = [c for c in comps if isinstance(c, str)]
+    if len(comps) >= 2 and comps[0] in _ARRAYS and isinstance(comps[1], int):
+        row = _value_at(data, comps[:2])
+        label = row.get("name") or row.get("code") if isinstance(row, dict) else None
+        who = f"{comps[0]} {label!r}" if isinstance(label, str) else f"{comps[0]} #{comps[1] + 1}"
+        return f"{who}: ", keys[1:]
+    return "", keys
+
+
+def _explain(error: str, data: dict[str, Any], path: Path, lines: toml_text.LineIndex) -> ConfigError:
+    msg, _, at = error.partition(" - at `")
+    at = at.rstrip("`")
+    if at.startswith("key` in `"):
+        at = at[len("key` in `"):]
+    comps = _parse_path(at)
+    prefix, keys = _context(data, comps)
+    m = re.match(r"Object (contains unknown|missing required) field `(.*)`$", msg)
+    struct, found = _walk(comps, into=m is not None)
+    if m is not None and m.group(1) == "contains unknown":
+        key = m.group(2)
+        names = [f.encode_name for f in struct.fields]
+        table = schema.TABLE_WORDS.get(struct.cls.__name__, "")
+        close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+        hint = schema.MISPLACED.get((table, key)) or (
+            f"did you mean {close[0]!r}?" if close else f"expected one of {', '.join(sorted(names))}"
+        )
+        return ConfigError(path, lines.line([*comps, key]), f"{prefix}unknown {table} key {key!r} ({hint})")
+    if m is not None:
+        what = " ".join(keys) or schema.TABLE_WORDS.get(struct.cls.__name__, "table")
+        if not keys and comps and isinstance(comps[-1], int):
+            what = str(comps[0])
+        return ConfigError(path, lines.line(comps), f"{prefix.rstrip(': ') or what} needs {m.group(2)}")
+    name = ".".join(keys)
+    field_name = keys[-1] if keys else ""
+    desc = schema.DESCRIPTIONS.get(field_name) or (_description(found.type) if found is not None else None)
+    value_comps = comps[: max(i for i, c in enumerate(comps) if isinstance(c, str)) + 1] if keys else comps
+    value = _value_at(data, value_comps)
+    reason = f"{prefix}{name} must be {desc}, not {_short(value)}" if desc else f"{prefix}{name}: {msg}"
+    return ConfigError(path, lines.line(comps), reason)
+
+
+# -- records from the checked document -------------------------------------------------------------
+
+
+def _given(row: msgspec.Struct | None) -> dict[str, Any]:
+    return {} if row is None else {k: v for k, v in asdict(row).items() if v is not None}
+
+
+def _strings(value: str | list[str] | None, default: tuple[str, ...] = ()) -> tuple[str, ...]:
+    if value is None:
+        return default
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+class _Builder:
+    def __init__(self, path: Path, lines: toml_text.LineIndex, doc: FleetFile) -> None:
+        self.path, self.lines, self.doc = path, lines, doc
+        self.defaults = _given(doc.defaults)
+        self.checked_patterns: set[str] = set()
+
+    def error(self, comps: list[Any], reason: str) -> ConfigError:
+        return ConfigError(self.path, self.lines.line(comps), reason)
+
+    def regex(self, pattern: str, comps: list[Any], what: str, who: str = "") -> None:
+        if pattern in self.checked_patterns:
+            return
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise self.error(comps, f"{who}bad {what} {pattern!r}: {exc}") from None
+        except (RecursionError, OverflowError, ValueError) as exc:
+            raise self.error(comps, f"{who}bad {what} {pattern!r}: {type(exc).__name__}") from None
+        self.checked_patterns.add(pattern)
+
+    def benchmark(self, row: BenchmarkRow | None, base: BenchmarkSpec, comps: list[Any], who: str) -> BenchmarkSpec:
+        if row is None:
+            return base
+        given = _given(row)
+        for key in ("match", "entrypoint"):
+            for pattern in _strings(given.get(key)):
+                self.regex(pattern, [*comps, key], "benchmark pattern", who)
+        if "progress" in given:
+            self.regex(given["progress"], [*comps, "progress"], "benchmark.progress regex", who)
+        start = given.get("start", base.start)
+        env = given.get("env")
+        return BenchmarkSpec(
+            start=tuple(start) if isinstance(start, list) else start,
+            match=_strings(given.get("match"), base.match),
+            entrypoint=_strings(given.get("entrypoint"), base.entrypoint),
+            log=given.get("log", base.log),
+            cwd=given.get("cwd", base.cwd),
+            stop_timeout=float(given.get("stop_timeout", base.stop_timeout)),
+            env=tuple(sorted((k, str(v)) for k, v in env.items())) if env is not None else base.env,
+            progress=given.get("progress", base.progress),
+        )
+
+    def instance(self, fields: dict[str, Any], bench: BenchmarkSpec, source: str, comps: list[Any]) -> Instance:
+        merged = {**self.defaults, **fields}
+        name = merged.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise self.error(comps, "instance needs a name")
+        name = name.strip()
+        transport = merged.get("transport", "ssh")
+        host = merged.get("host") or merged.get("ssh_config") or ("localhost" if transport == "local" else None)
+        if not host:
+            raise self.error(comps, f"instance {name!r} needs a host (or ssh_config = \"alias\")")
+        values = {k: v for k, v in merged.items() if k in _INSTANCE_FIELDS}
+        for key in _LISTS:
+            if key in values:
+                values[key] = _strings(values[key])
+        return Instance(**{**values, "name": name, "host": host, "benchmark": bench, "source": source})
+
+    def fleet(self) -> Fleet:
+        doc, path = self.doc, self.path
+        bench = self.benchmark(doc.benchmark, BenchmarkSpec(), ["benchmark"], "")
+        instances: list[Instance] = []
+        headers = self.lines.headers
+        for i, row in enumerate(doc.instance):
+            comps: list[Any] = ["instance", i]
+            fields = _given(row)
+            fields.pop("benchmark", None)
+            own = self.benchmark(row.benchmark, bench, [*comps, "benchmark"], f"instance {row.name!r}: ")
+            line = headers.get(("instance", i))
+            instances.append(self.instance(fields, own, f"{path}:{line}" if line else str(path), comps))
+        imports: list[ImportSpec] = []
+        for i, imp in enumerate(doc.imports):
+            instances.extend(self.imported(imp, ["import", i], bench, imports))
+        self.unique(instances)
+        return Fleet(
+            instances=instances,
+            probes=self.probes(),
+            source=str(path),
+            signatures=self.signatures(),
+            imports=imports,
+        )
+
+    def imported(
+        self, imp: ImportRow, comps: list[Any], bench: BenchmarkSpec, specs: list[ImportSpec]
+    ) -> list[Instance]:
+        given = _given(imp)
+        kinds = [k for k in ("ssh_config", "vastai_json", "vastai", "command") if k in given]
+        if len(kinds) != 1:
+            what = "import needs one of" if not kinds else f"import has {' and '.join(kinds)}; use one of"
+            raise self.error(comps, f"{what} ssh_config = PATH, vastai_json = PATH, vastai = true, command = [...]")
+        kind = kinds[0]
+        for key, allowed in (("hosts", ("ssh_config",)), ("refresh", ("vastai", "command")),
+                             ("running_only", ("vastai_json", "vastai", "command"))):
+            if key in given and kind not in allowed:
+                raise self.error([*comps, key], f"import #{comps[1] + 1}: {key} does not apply to {kind} imports")
+        tags = _strings(given.get("tags"))
+        running_only = given.get("running_only", True)
+        source_line = self.lines.line(comps)
+        if kind in ("vastai", "command"):
+            if kind == "vastai" and not given["vastai"]:
+                reason = f"import #{comps[1] + 1}: vastai = false imports nothing; remove the import"
+                raise self.error([*comps, "vastai"], reason)
+            command = VASTAI_COMMAND if kind == "vastai" else tuple(given["command"])
+            specs.append(ImportSpec(command=command, refresh=float(given.get("refresh", 60.0)), tags=tags,
+                                    running_only=running_only, source=f"{self.path}:{source_line}"))
+            return []
+        source = (self.path.parent / Path(given[kind]).expanduser()).resolve()
+        if kind == "ssh_config":
+            hosts = read_ssh_config(source, _strings(given.get("hosts"), ("*",)))
+        else:
+            hosts = read_vastai_json(source, running_only=running_only)
+        out = []
+        for host in hosts:
+            host["tags"] = [*host.get("tags", ()), *tags]
+            origin = host.pop("source")
+            out.append(self.instance(host, bench, origin, comps))
+        return out
+
+    def unique(self, instances: list[Instance]) -> None:
+        seen: dict[str, str] = {}
+        for inst in instances:
+            first = seen.setdefault(inst.name, inst.source)
+            if first is not inst.source:
+                m = re.fullmatch(r"(.*):(\d+)", inst.source)
+                where, line = (m.group(1), int(m.group(2))) if m else (inst.source, None)
+                raise ConfigError(where, line, f"duplicate instance name {inst.name!r} (first at {first})")
+
+    def probes(self) -> list[ProbeSpec]:
+        probes: list[ProbeSpec] = []
+        keys: dict[str, str] = {}
+        for i, row in enumerate(self.doc.probe):
+            if row.key in BUILTIN_PROBE_KEYS:
+                reason = f"probe {row.name!r}: key {row.key!r} belongs to a built-in probe (use a letter or 6-9)"
+                raise self.error(["probe", i, "key"], reason)
+            if row.key in keys:
+                raise self.error(["probe", i, "key"], f"probe key {row.key!r} already used by {keys[row.key]!r}")
+            keys[row.key] = row.name
+            timeout = float(row.timeout) if row.timeout is not None else 20.0
+            probes.append(ProbeSpec(name=row.name, key=row.key, command=row.command, timeout=timeout,
+                                    title=row.title if row.title is not None else row.name))
+        return probes
+
+    def signatures(self) -> list[SignatureSpec]:
+        out = []
+        for i, row in enumerate(self.doc.signature):
+            self.regex(row.pattern, ["signature", i, "pattern"], "pattern", f"signature {row.code!r}: ")
+            line = self.lines.headers.get(("signature", i))
+            out.append(SignatureSpec(code=row.code, severity=row.severity, pattern=row.pattern,
+                                     explanation=row.explanation, label=row.label,
+                                     source=f"{self.path}:{line}" if line else str(self.path)))
+        return out
+
+
+__all__ = ["DEFAULT_FLEET_PATHS", "InstanceRow", "find_fleet_file", "load_fleet"]

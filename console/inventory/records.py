@@ -1,0 +1,133 @@
+"""What the rest of the console uses: frozen records built from a validated fleet file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    """How to find, stop and start an instance's benchmark."""
+
+    start: str | tuple[str, ...] | None = None
+    match: tuple[str, ...] = ()
+    entrypoint: tuple[str, ...] = ()
+    log: str | None = None
+    cwd: str | None = None
+    stop_timeout: float = 10.0
+    env: tuple[tuple[str, str], ...] = ()  # extra environment for the started benchmark
+    progress: str | None = None  # regex for the benchmark's own progress lines (None: the built-in default)
+
+    def as_agent_config(self) -> dict[str, Any]:
+        start = list(self.start) if isinstance(self.start, tuple) else self.start
+        return {
+            "start": start,
+            "match": list(self.match),
+            "entrypoint": list(self.entrypoint),
+            "log": self.log,
+            "cwd": self.cwd,
+            "stop_timeout": self.stop_timeout,
+            "env": dict(self.env),
+        }
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    """A custom probe: a command run on its own SSH channel with a timeout."""
+
+    name: str
+    key: str
+    command: str
+    timeout: float = 20.0
+    title: str = ""
+
+
+@dataclass(frozen=True)
+class SignatureSpec:
+    """A ``[[signature]]`` row: a log pattern that diagnose adds to its built-in table."""
+
+    code: str
+    severity: str  # "info" | "warning" | "error" | "critical"
+    pattern: str
+    explanation: str
+    label: str | None = None
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class ImportSpec:
+    """An ``[[import]]`` the console re-runs while it runs (``vastai = true`` or ``command = [...]``).
+
+    Imports of files (``ssh_config``, ``vastai_json``) are read once by ``load_fleet``; these are carried
+    so that the runtime refresh knows what to run and how often.
+    """
+
+    command: tuple[str, ...]
+    refresh: float = 60.0
+    tags: tuple[str, ...] = ()
+    running_only: bool = True
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One GPU instance as the console reaches it."""
+
+    name: str
+    host: str
+    port: int = 22
+    user: str = "root"
+    key: str | None = None
+    tags: tuple[str, ...] = ()
+    transport: str = "ssh"  # "ssh", or "local": run the agent on this machine without SSH
+    known_hosts: str | None = None  # None: ~/.ssh/known_hosts
+    accept_new_host_key: bool = False
+    python: str = "python3"
+    logs: tuple[str, ...] = ()
+    watch_dirs: tuple[str, ...] = ("/tmp",)
+    interval: float = 1.0
+    stall_seconds: float | None = None  # diagnose: a download log unchanged this long is stalled (None: agent default)
+    heartbeat: float | None = None  # seconds between agent heartbeats (None: agent default)
+    gpus: int | None = None  # GPUs this instance should have (None: not known)
+    ssh_config: str | None = None  # a Host alias resolved through ~/.ssh/config
+    jump: tuple[str, ...] = ()  # ProxyJump hops, "user@host:port", first hop first
+    connect_timeout: float | None = None  # seconds (None: the link's default)
+    keepalive: float | None = None  # ServerAliveInterval in seconds, 0 = off (None: the link's default)
+    benchmark: BenchmarkSpec = field(default_factory=BenchmarkSpec)
+    agent_extra: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    source: str = ""
+
+    @property
+    def address(self) -> str:
+        return f"{self.user}@{self.host}:{self.port}"
+
+    def agent_config(self) -> dict[str, Any]:
+        """The JSON config handed to this instance's agent."""
+        config: dict[str, Any] = {
+            "interval": self.interval,
+            "logs": list(self.logs),
+            "watch_dirs": list(self.watch_dirs),
+            "benchmark": self.benchmark.as_agent_config(),
+        }
+        if self.stall_seconds is not None:
+            config["stall_seconds"] = self.stall_seconds
+        if self.heartbeat is not None:
+            config["heartbeat_interval"] = self.heartbeat
+        config.update(self.agent_extra)
+        return config
+
+
+@dataclass
+class Fleet:
+    instances: list[Instance]
+    probes: list[ProbeSpec] = field(default_factory=list)
+    source: str = ""
+    signatures: list[SignatureSpec] = field(default_factory=list)
+    imports: list[ImportSpec] = field(default_factory=list)  # imports to re-run while the console runs
+
+    def get(self, name: str) -> Instance:
+        for inst in self.instances:
+            if inst.name == name:
+                return inst
+        raise KeyError(name)

@@ -1,0 +1,155 @@
+"""The fleet file's shape, declared: one msgspec Struct per table, every number bounded.
+
+``msgspec.convert(data, FleetFile, strict=True)`` does the type, range and unknown-key checks (no
+truthy strings, no nan, no ints for booleans); ``load`` turns its error path into ``file:line: reason``
+using each field's ``description``. ``None`` means "not given" (TOML has no null), so ``[defaults]``
+can be merged under each instance.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from msgspec import Meta, Struct, field
+
+NonEmpty = Annotated[str, Meta(min_length=1, description="a non-empty string")]
+Strings = str | list[str]  # one string or a list of them
+Port = Annotated[int, Meta(ge=1, le=65535, description="a number from 1 to 65535")]
+Interval = Annotated[float, Meta(ge=0.2, le=60, description="a number of seconds from 0.2 to 60")]
+Heartbeat = Annotated[float, Meta(ge=1, le=60, description="a number of seconds from 1 to 60")]
+StallSeconds = Annotated[
+    float, Meta(ge=5, le=86400, description="a positive number of seconds from 5 to 86400")
+]
+StopTimeout = Annotated[float, Meta(ge=0.5, le=600, description="a positive number of seconds from 0.5 to 600")]
+ProbeTimeout = Annotated[float, Meta(ge=1, le=3600, description="a positive number of seconds from 1 to 3600")]
+ConnectTimeout = Annotated[float, Meta(ge=1, le=300, description="a number of seconds from 1 to 300")]
+Keepalive = Annotated[float, Meta(ge=0, le=3600, description="a number of seconds from 0 (off) to 3600")]
+Refresh = Annotated[float, Meta(ge=10, le=86400, description="a number of seconds from 10 to 86400")]
+Gpus = Annotated[int, Meta(ge=0, le=1024, description="a whole number of GPUs from 0 to 1024")]
+_PORT_RE = r"(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
+JUMP_RE = r"^(?:[^@\s:/\[\]]+@)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::" + _PORT_RE + r")?$"
+Hop = Annotated[str, Meta(pattern=JUMP_RE, description='"user@host:port" (user and port optional)')]
+Jump = Annotated[Hop | list[Hop], Meta(description='"user@host:port" or a list of them')]
+EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="a NAME = \"value\" table")]
+ProbeKey = Annotated[str, Meta(min_length=1, max_length=1, description="one character")]
+Code = Annotated[str, Meta(pattern=r"^[a-z][a-z0-9_]{0,63}$", description="a snake_case code like disk_full")]
+Command = Annotated[list[NonEmpty], Meta(min_length=1, description="an argv list like [\"vastai\", ...]")]
+
+# Descriptions for fields whose type alone does not say enough; keyed by field name.
+DESCRIPTIONS = {
+    "tags": "a string or a list of strings",
+    "logs": "a string or a list of strings",
+    "watch_dirs": "a string or a list of strings",
+    "hosts": "a string or a list of strings",
+    "match": "a string or a list of strings",
+    "entrypoint": "a string or a list of strings",
+    "start": "a command string or an argv list",
+    "env": 'a table of NAME = "value" pairs',
+    "accept_new_host_key": "true or false (not a string)",
+    "running_only": "true or false (not a string)",
+    "vastai": "true or false (not a string)",
+    "transport": "'ssh' or 'local'",
+    "severity": "'info', 'warning', 'error' or 'critical'",
+    "benchmark": "a table",
+    "defaults": "a table",
+    "instance": "[[instance]] tables",
+    "probe": "[[probe]] tables",
+    "signature": "[[signature]] tables",
+    "import": "[[import]] tables",
+}
+
+# Keys that exist, but not in the table they were written in: what to say instead of "did you mean".
+MISPLACED = {
+    ("defaults", "benchmark"): "the shared benchmark goes in its own [benchmark] table",
+    ("defaults", "name"): "name is set per [[instance]]",
+    ("defaults", "host"): "host is set per [[instance]]",
+    ("defaults", "transport"): "transport is set per [[instance]]",
+    ("top-level", "instances"): "did you mean [[instance]]?",
+}
+
+
+class BenchmarkRow(Struct, forbid_unknown_fields=True):
+    start: Strings | None = None
+    match: Strings | None = None
+    entrypoint: Strings | None = None
+    log: NonEmpty | None = None
+    cwd: NonEmpty | None = None
+    stop_timeout: StopTimeout | None = None
+    env: dict[EnvName, str | int | float] | None = None
+    progress: NonEmpty | None = None  # a regex, compiled by load
+
+
+class HostRow(Struct, forbid_unknown_fields=True):
+    """Keys allowed both per instance and in ``[defaults]``."""
+
+    port: Port | None = None
+    user: NonEmpty | None = None
+    key: NonEmpty | None = None
+    tags: Strings | None = None
+    known_hosts: NonEmpty | None = None
+    accept_new_host_key: bool | None = None
+    python: NonEmpty | None = None
+    logs: Strings | None = None
+    watch_dirs: Strings | None = None
+    interval: Interval | None = None
+    heartbeat: Heartbeat | None = None
+    stall_seconds: StallSeconds | None = None
+    gpus: Gpus | None = None
+    ssh_config: NonEmpty | None = None
+    jump: Jump | None = None
+    connect_timeout: ConnectTimeout | None = None
+    keepalive: Keepalive | None = None
+
+
+class InstanceRow(HostRow, forbid_unknown_fields=True):
+    name: NonEmpty | None = None  # required, checked by load to say "instance needs a name"
+    host: NonEmpty | None = None
+    transport: Literal["ssh", "local"] | None = None
+    benchmark: BenchmarkRow | None = None
+
+
+class ProbeRow(Struct, forbid_unknown_fields=True):
+    name: NonEmpty
+    key: ProbeKey
+    command: NonEmpty
+    timeout: ProbeTimeout | None = None
+    title: str | None = None
+
+
+class SignatureRow(Struct, forbid_unknown_fields=True):
+    code: Code
+    severity: Literal["info", "warning", "error", "critical"]
+    pattern: NonEmpty  # a regex, compiled by load
+    explanation: NonEmpty
+    label: NonEmpty | None = None
+
+
+class ImportRow(Struct, forbid_unknown_fields=True):
+    ssh_config: NonEmpty | None = None
+    hosts: Strings | None = None
+    vastai_json: NonEmpty | None = None
+    vastai: bool | None = None
+    command: Command | None = None
+    refresh: Refresh | None = None
+    tags: Strings | None = None
+    running_only: bool | None = None
+
+
+class FleetFile(Struct, forbid_unknown_fields=True):
+    defaults: HostRow | None = None
+    benchmark: BenchmarkRow | None = None
+    instance: list[InstanceRow] = field(default_factory=list)
+    probe: list[ProbeRow] = field(default_factory=list)
+    signature: list[SignatureRow] = field(default_factory=list)
+    imports: list[ImportRow] = field(default_factory=list, name="import")
+
+
+TABLE_WORDS = {  # how a message names the table a key is in
+    "FleetFile": "top-level",
+    "HostRow": "defaults",
+    "InstanceRow": "instance",
+    "BenchmarkRow": "benchmark",
+    "ProbeRow": "probe",
+    "SignatureRow": "signature",
+    "ImportRow": "import",
+}
