@@ -1,4 +1,4 @@
-"""The command line: ``fleet-console [run|demo|check|status|diagnose|restart|agent]``."""
+"""The command line: ``fleet-console [run|demo|check|status|diagnose|restart|mcp|agent]``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 from console import __version__
 
-COMMANDS = ("run", "demo", "check", "status", "diagnose", "restart", "agent")
+COMMANDS = ("run", "demo", "check", "status", "diagnose", "restart", "mcp", "agent")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,6 +50,17 @@ def build_parser() -> argparse.ArgumentParser:
     restart.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     restart.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the connection")
 
+    mcp = sub.add_parser(
+        "mcp", parents=[common], help="serve the fleet to an AI assistant over MCP (stdio, or --http HOST:PORT)"
+    )
+    mcp.add_argument("--demo", action="store_true", help="serve the demo fleet (local, simulated GPUs; no UI)")
+    mcp.add_argument("--instances", type=int, default=6, help="demo instances with --demo, 1 to 64 (default 6)")
+    mcp.add_argument(
+        "--http", metavar="HOST:PORT", help="streamable HTTP instead of stdio; a bare PORT binds 127.0.0.1"
+    )
+    mcp.add_argument("--allow-restart", action="store_true", help="let the restart tool restart (off by default)")
+    mcp.add_argument("--timeout", type=float, default=30.0, help="seconds a tool call waits on a host (default 30)")
+
     sub.add_parser("agent", help="run the agent here (JSON lines on stdout); agent options follow", add_help=False)
     return parser
 
@@ -63,6 +74,13 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv.insert(0, "run")
     args = build_parser().parse_args(argv)
+    if args.command == "mcp":  # stdout is the protocol there: no flush dance, no BrokenPipe exit code
+        if args.demo and not 1 <= args.instances <= 64:
+            print(f"fleet-console: --instances must be from 1 to 64, not {args.instances}", file=sys.stderr)
+            return 2
+        from console.mcp import main as mcp_main
+
+        return mcp_main(args)
     from console import commands
 
     try:

@@ -1,0 +1,111 @@
+"""`fleet-console mcp`: the fleet as an MCP server (stdio by default, or streamable HTTP with ``--http``).
+
+- ``safe.py``: host text made safe (escapes stripped, sizes capped);
+- ``tools.py``: the tools' results as pure functions of the fleet state;
+- ``schemas.py``: their output schemas;
+- ``server.py``: the MCPServer (tools, resources, the hunt prompt) over a ``FleetController``.
+
+``main(args)`` starts the controller (on the fleet file, or on the demo fleet with ``--demo``), serves until
+the client goes away (stdio) or a signal comes (HTTP), then stops every link and demo process it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from typing import Any
+
+
+def parse_http(value: str) -> tuple[str, int]:
+    """``PORT`` or ``HOST:PORT`` (``[v6]:PORT``); the host defaults to 127.0.0.1."""
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        host, port = "", value
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--http wants HOST:PORT or PORT, not {value!r}")
+    return host, int(port)
+
+
+def fail(message: str) -> int:
+    print(f"fleet-console mcp: {message}", file=sys.stderr)
+    return 2
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the server; 0 when the client or a signal ended it, 2 on a bad fleet file or option."""
+    from console.inventory import ConfigError, find_fleet_file, load_fleet
+
+    http = None
+    if args.http:
+        try:
+            http = parse_http(args.http)
+        except ValueError as exc:
+            return fail(str(exc))
+    if args.allow_restart and args.read_only:
+        print("fleet-console mcp: --read-only wins: restart stays refused", file=sys.stderr)
+    fleet = None
+    if not args.demo:
+        path = find_fleet_file(args.fleet)
+        if path is None:
+            return fail("no fleet file: pass --fleet FILE (or --demo), or create ./fleet.toml")
+        try:
+            fleet = load_fleet(path)
+        except ConfigError as exc:
+            return fail(str(exc))
+    try:
+        return asyncio.run(_serve(args, fleet, http))
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _serve(args: argparse.Namespace, fleet: Any, http: tuple[str, int] | None) -> int:
+    from console.controller import FleetController
+    from console.mcp.server import McpAudit, Options, build_server
+
+    loop = asyncio.get_running_loop()
+    main_task = asyncio.current_task()
+    if http is None:  # stdio: a hangup or TERM ends the session like EOF, and the clean-up below runs
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, main_task.cancel if main_task else (lambda: None))
+    else:  # uvicorn takes INT/TERM while it serves and raises them again after: let that be a no-op here
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: None)
+    demo = None
+    controller = None
+    try:
+        if args.demo:
+            from console.demo.fleet import start_demo
+
+            print(f"fleet-console mcp: starting {args.instances} demo instances on 127.0.0.1 ...", file=sys.stderr)
+            demo = await start_demo(args.instances)
+            fleet = demo.fleet
+        options = Options(allow_restart=bool(args.allow_restart), read_only=bool(args.read_only),
+                          timeout=float(args.timeout))
+        controller = FleetController(fleet, read_only=options.read_only, demo=demo is not None, audit=McpAudit())
+        await controller.start()
+        server = build_server(controller, options)
+        if http is None:
+            await server.run_stdio_async()
+        else:
+            host, port = http
+            print(f"fleet-console mcp: serving http://{_url_host(host)}:{port}/mcp", file=sys.stderr, flush=True)
+            await server.run_streamable_http_async(host=host, port=port)
+        return 0
+    except asyncio.CancelledError:
+        return 0
+    finally:
+        if controller is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(controller.stop())
+        if demo is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(demo.stop())
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
