@@ -307,7 +307,7 @@ class FleetTools:
         outcome = results.get(name)
         if outcome is None or not outcome["ok"]:
             error = str(outcome.get("error") if outcome else "no result")
-            failed: dict[str, Any] = dict((outcome or {}).get("data") or {})
+            failed: dict[str, Any] = dict(outcome.get("data") or {}) if outcome else {}
             tail = list((failed.get("started") or {}).get("log_tail") or [])[-20:]
             if tail:
                 error += "; its log ends:\n" + "\n".join(safe.line(x, 300) for x in tail)
