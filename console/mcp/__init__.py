@@ -99,6 +99,11 @@ async def _serve(args: argparse.Namespace, fleet: Any, http: tuple[str, int] | N
     except asyncio.CancelledError:
         return 0
     finally:
+        # Cleaning up already: a further TERM/HUP (a client escalating after closing stdin) must not cut it short.
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, signal.SIG_IGN)
         if controller is not None:
             with contextlib.suppress(BaseException):
                 await asyncio.shield(controller.stop())

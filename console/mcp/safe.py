@@ -47,7 +47,7 @@ def clean(text: Any, keep_newlines: bool = False) -> str:
         s = "\n".join(part.rstrip("\r").rsplit("\r", 1)[-1] for part in s.split("\n"))
     s = _CONTROLS.sub("", s)
     if not keep_newlines:
-        s = s.replace("\n", " ")
+        s = s.strip("\n").replace("\n", " ")
     return s
 
 

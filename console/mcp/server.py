@@ -103,6 +103,7 @@ class FleetTools:
         self.controller = controller
         self.options = options
         self.state = controller.state
+        self.started = time.monotonic()
 
     # -- helpers ------------------------------------------------------------------------------------
     def _inst(self, name: str) -> InstanceState:
@@ -121,8 +122,9 @@ class FleetTools:
         return inst.settled_status is not None  # retrying after a failed attempt: that attempt's answer stands
 
     async def _settle(self, names: list[str]) -> None:
-        """Wait (a bounded while) for instances still on their first connection, so a status is an answer."""
-        deadline = time.monotonic() + min(self.options.settle, self.options.timeout)
+        """Wait for instances still on their first connection, so a status is an answer: only in the server's
+        first ``settle`` seconds (a host that never answers does not slow every later call)."""
+        deadline = min(self.started + self.options.settle, time.monotonic() + self.options.timeout)
         while time.monotonic() < deadline:
             if all(self._settled(self.state.instances[n]) for n in names if n in self.state.instances):
                 return

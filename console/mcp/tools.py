@@ -104,7 +104,7 @@ def fleet_status(
 
 
 def render_status(result: Dict[str, Any]) -> str:
-    lines = []
+    lines = [f"[{result['note']}]"] if result.get("note") else []
     for row in result["instances"]:
         g = row["gpus"]
         util = "-" if g["util_avg"] is None else f"{g['util_avg']}%"
@@ -118,8 +118,6 @@ def render_status(result: Dict[str, Any]) -> str:
     t = result["fleet_totals"]
     lines.append(f"{result['matched']} shown; fleet: {t['instances']} instances, {t['failing']} failing, "
                  f"{t['gpus']} GPUs ({t['busy']} busy, {t['idle']} idle, {t['lost']} lost)")
-    if result.get("note"):
-        lines.append(result["note"])
     return safe.fit_text("\n".join(lines))
 
 
@@ -316,13 +314,13 @@ def log_command(path: str, mode: str, count: int, line: Optional[int] = None, pa
     if mode == "around":
         first, last = log_window(mode, count, line)
         body = (f"NR >= {first} {{ {_AWK_CUT}; print NR \"\\t\" n \"\\t\" t; c++ }} NR >= {last} {{ exit }} "
-                f"END {{ print \"#end\\t\" c \"\\t\" NR }}")
+                f"END {{ print \"#end\\t\" (c + 0) \"\\t\" NR }}")
         awk = f"awk -v m={m} '{body}' {q}"
     elif mode == "match":
         body = ("BEGIN { p = tolower(ENVIRON[\"FC_PATTERN\"]) } "
                 f"{{ {_AWK_CUT}; if (index(tolower($0), p)) {{ c++; b[c % k] = NR \"\\t\" n \"\\t\" t }} }} "
                 "END { s = c - k + 1; if (s < 1) s = 1; for (i = s; i <= c; i++) print b[i % k]; "
-                "print \"#end\\t\" c \"\\t\" NR }")
+                "print \"#end\\t\" (c + 0) \"\\t\" NR }")
         awk = f"FC_PATTERN={shlex.quote(pattern)} awk -v m={m} -v k={int(count)} '{body}' {q}"
     else:  # tail
         body = (f"{{ {_AWK_CUT}; b[NR % k] = NR \"\\t\" n \"\\t\" t }} "
@@ -430,9 +428,8 @@ def log_result(name: str, path: str, mode: str, lines: List[Dict[str, Any]], sou
 
 def render_log(result: Dict[str, Any]) -> str:
     head = f"{result['instance']}:{result['path']} ({result['mode']}, from the {result['source']})"
-    out = [head] + [f"{it['line']:>7}: {it['text']}" for it in result["lines"]]
-    if result.get("note"):
-        out.append(f"[{result['note']}]")
+    out = [head] + ([f"[{result['note']}]"] if result.get("note") else [])  # first: a cut text keeps it
+    out += [f"{it['line']:>7}: {it['text']}" for it in result["lines"]]
     return safe.fit_text("\n".join(out))
 
 
@@ -454,9 +451,8 @@ def probe_result(name: str, probe: str, data: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def render_probe(result: Dict[str, Any]) -> str:
-    out = [f"{result['instance']}: {result['title']}", *result["lines"]]
-    if result.get("note"):
-        out.append(f"[{result['note']}]")
+    out = [f"{result['instance']}: {result['title']}"] + ([f"[{result['note']}]"] if result.get("note") else [])
+    out += result["lines"]
     return safe.fit_text("\n".join(out))
 
 
