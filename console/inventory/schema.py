@@ -68,7 +68,7 @@ MISPLACED = {
 }
 
 
-class BenchmarkRow(Struct, forbid_unknown_fields=True):
+class BenchmarkRow(Struct, forbid_unknown_fields=True, omit_defaults=True):
     start: Strings | None = None
     match: Strings | None = None
     entrypoint: Strings | None = None
@@ -79,7 +79,7 @@ class BenchmarkRow(Struct, forbid_unknown_fields=True):
     progress: NonEmpty | None = None  # a regex, compiled by load
 
 
-class HostRow(Struct, forbid_unknown_fields=True):
+class HostRow(Struct, forbid_unknown_fields=True, omit_defaults=True):
     """Keys allowed both per instance and in ``[defaults]``."""
 
     port: Port | None = None
@@ -101,14 +101,14 @@ class HostRow(Struct, forbid_unknown_fields=True):
     keepalive: Keepalive | None = None
 
 
-class InstanceRow(HostRow, forbid_unknown_fields=True):
+class InstanceRow(HostRow, forbid_unknown_fields=True, omit_defaults=True):
     name: NonEmpty | None = None  # required, checked by load to say "instance needs a name"
     host: NonEmpty | None = None
     transport: Literal["ssh", "local"] | None = None
     benchmark: BenchmarkRow | None = None
 
 
-class ProbeRow(Struct, forbid_unknown_fields=True):
+class ProbeRow(Struct, forbid_unknown_fields=True, omit_defaults=True):
     name: NonEmpty
     key: ProbeKey
     command: NonEmpty
@@ -116,7 +116,7 @@ class ProbeRow(Struct, forbid_unknown_fields=True):
     title: str | None = None
 
 
-class SignatureRow(Struct, forbid_unknown_fields=True):
+class SignatureRow(Struct, forbid_unknown_fields=True, omit_defaults=True):
     code: Code
     severity: Literal["info", "warning", "error", "critical"]
     pattern: NonEmpty  # a regex, compiled by load
@@ -124,7 +124,7 @@ class SignatureRow(Struct, forbid_unknown_fields=True):
     label: NonEmpty | None = None
 
 
-class ImportRow(Struct, forbid_unknown_fields=True):
+class ImportRow(Struct, forbid_unknown_fields=True, omit_defaults=True):
     ssh_config: NonEmpty | None = None
     hosts: Strings | None = None
     vastai_json: NonEmpty | None = None
@@ -135,7 +135,7 @@ class ImportRow(Struct, forbid_unknown_fields=True):
     running_only: bool | None = None
 
 
-class FleetFile(Struct, forbid_unknown_fields=True):
+class FleetFile(Struct, forbid_unknown_fields=True, omit_defaults=True):
     defaults: HostRow | None = None
     benchmark: BenchmarkRow | None = None
     instance: list[InstanceRow] = field(default_factory=list)
