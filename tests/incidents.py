@@ -443,12 +443,16 @@ class Runner:
         key = ref[len("$proc:") :]
         if key.isdigit():
             return _ns_pid(pids[int(key)])
-        for pid in _descendants(pids):
-            cmd = _cmdline(pid)
-            names = {_comm(pid)} | {os.path.basename(a) for a in cmd[:2]}
-            if key in names:
-                return _ns_pid(pid)
-        raise LookupError(f"no started process named {key!r}")
+        deadline = time.monotonic() + 10  # a loaded machine may not have exec'd the children yet
+        while True:
+            for pid in _descendants(pids):
+                cmd = _cmdline(pid)
+                names = {_comm(pid)} | {os.path.basename(a) for a in cmd[:2]}
+                if key in names:
+                    return _ns_pid(pid)
+            if time.monotonic() > deadline:
+                raise LookupError(f"no started process named {key!r}")
+            time.sleep(0.05)
 
     def _write_gpu_state(self, incident: Incident, run: Path, pids: list[int]) -> None:
         gpu = incident.spec.get("gpu")

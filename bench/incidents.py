@@ -1,0 +1,80 @@
+"""The incident corpus score table: every incident in tests/fixtures/incidents replayed end to end (stand-in
+processes, fake NVML and dmesg, a real sshd on 127.0.0.1, the real ``fleet-console diagnose --json``).
+
+    .venv/bin/python bench/incidents.py [--only SLUG ...] [--workers N] [--json FILE] [--write-baseline]
+
+Prints one row per incident (expected verdict, the verdict given, right or not, the expected evidence line
+present or not) and the totals: right %, failures called healthy, healthy/finished runs called failures.
+``--write-baseline`` rewrites tests/fixtures/incidents/BASELINE.txt with the incidents answered right now
+(tests/test_incidents.py keeps those right).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.incidents import BASELINE, load_incidents, run_corpus, score, table
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", metavar="SLUG", help="run only these incidents")
+    parser.add_argument("--workers", type=int, default=None, help="incidents at once (default 3, 1 without root)")
+    parser.add_argument("--json", metavar="FILE", help="also write every outcome (with the diagnosis) as JSON")
+    parser.add_argument("--write-baseline", action="store_true", help="rewrite BASELINE.txt from this run")
+    args = parser.parse_args(argv)
+
+    incidents = load_incidents(only=args.only)
+    if not incidents:
+        print("no incidents found", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="incidents-") as tmp:
+        outcomes = run_corpus(
+            incidents,
+            Path(tmp),
+            workers=args.workers,
+            progress=lambda o: print(f"  {o.slug}: {o.got or o.skipped or o.error}", file=sys.stderr, flush=True),
+        )
+    print(table(outcomes))
+    print(f"({len(incidents)} incidents in {time.monotonic() - started:.0f} s)")
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                [
+                    {
+                        "slug": o.slug,
+                        "expected": o.expected,
+                        "got": o.got,
+                        "ok": o.ok,
+                        "evidence_ok": o.evidence_ok,
+                        "summary": o.summary,
+                        "error": o.error,
+                        "skipped": o.skipped,
+                        "diagnosis": o.data,
+                    }
+                    for o in outcomes
+                ],
+                indent=1,
+            )
+        )
+    if args.write_baseline:
+        right = sorted(o.slug for o in outcomes if o.ok)
+        BASELINE.write_text(
+            "# Incidents the diagnosis engine answers right (verdict code); tests/test_incidents.py keeps them right.\n"
+            "# Regenerate with: .venv/bin/python bench/incidents.py --write-baseline\n"
+            + "".join(slug + "\n" for slug in right)
+        )
+    s = score(outcomes)
+    return 0 if s.right == s.total else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
