@@ -131,6 +131,9 @@ BAD: list[tuple[str, int | None, str]] = [
     # TOML itself
     ("[[instance]]\nname = 'a'\nhost = \n", 3, "invalid TOML: Invalid value"),
     (I + "port = 1\nport = 2\n", 5, "invalid TOML: Cannot overwrite a value"),
+    ("[[instance]]\nname = 'a'\nhost = 'x", 3, "invalid TOML: Expected \"'\""),
+    ("\n[[0.1instance]]\n", 2,
+     "unknown top-level key '0' (expected one of benchmark, defaults, import, instance, probe, signature)"),
 ]
 
 
@@ -423,3 +426,31 @@ def test_check_prints_one_line_and_exits_2(tmp_path: Path, text: str) -> None:
     assert result.returncode == 2
     err = result.stderr.strip()
     assert "\n" not in err and "Traceback" not in err and err.startswith(f"fleet-console: {path}:"), err
+
+
+def test_mangled_files_never_raise_anything_but_config_error(tmp_path: Path) -> None:
+    """Random cuts, duplications and swaps of a good file: a Fleet or one ConfigError line, nothing else."""
+    import random
+
+    rng = random.Random(1234)
+    (tmp_path / "v.json").write_text(json.dumps([VAST, {**VAST, "id": 8, "label": "x"}]))
+    (tmp_path / "c").write_text("Host gpu-z\n  Port 2022\n")
+    base = GOOD + '\n[[import]]\nvastai_json = "v.json"\n\n[[import]]\nssh_config = "c"\n'
+    tokens = ["'x'", "1", "-1", "nan", "true", "[", "]", "{", "}", "=", "\n", "[[instance]]", '"', "1e999", "0.1"]
+    path = tmp_path / "fleet.toml"
+    for _ in range(400):
+        text = list(base)
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(len(text))
+            op = rng.random()
+            if op < 0.4:
+                del text[at:at + rng.randint(1, 8)]
+            elif op < 0.8:
+                text.insert(at, rng.choice(tokens))
+            else:
+                text[at] = rng.choice(tokens)
+        path.write_text("".join(text))
+        try:
+            load_fleet(path)
+        except ConfigError as exc:
+            assert "\n" not in str(exc) and str(exc).startswith(str(tmp_path))

@@ -11,6 +11,7 @@ import difflib
 import gc
 import re
 import tomllib
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -72,13 +73,20 @@ def _load(path: Path) -> Fleet:
         msg = str(exc)
         m = re.search(r"\(at line (\d+), column \d+\)", msg)
         line = int(m.group(1)) if m else getattr(exc, "lineno", None)
-        raise ConfigError(path, line, "invalid TOML: " + re.sub(r"\s*\(at line.*\)$", "", msg)) from None
+        if line is None and "(at end of document)" in msg:
+            line = text.count("\n") + (0 if text.endswith("\n") else 1)
+        reason = "invalid TOML: " + re.sub(r"\s*\(at (line|end of document).*\)$", "", msg)
+        raise ConfigError(path, line, reason) from None
     except RecursionError:
         raise ConfigError(path, None, "invalid TOML: nested too deep") from None
     try:
         doc = msgspec.convert(data, FleetFile, strict=True)
     except msgspec.ValidationError as exc:
-        raise _explain(str(exc), data, path, lines) from None
+        try:
+            error = _explain(str(exc), data, path, lines)
+        except Exception:  # a message shape not foreseen: still one line, never a traceback
+            error = ConfigError(path, None, str(exc))
+        raise error from None
     return _Builder(path, lines, doc).fleet()
 
 
@@ -229,7 +237,9 @@ class _Builder:
         if pattern in self.checked_patterns:
             return
         try:
-            re.compile(pattern)
+            with warnings.catch_warnings():  # "possible nested set" and the like: valid today
+                warnings.simplefilter("ignore")
+                re.compile(pattern)
         except re.error as exc:
             raise self.error(comps, f"{who}bad {what} {pattern!r}: {exc}") from None
         except (RecursionError, OverflowError, ValueError) as exc:

@@ -181,9 +181,10 @@ class LineIndex:
             if rest and isinstance(rest[0], str):
                 if rest[0] in self._keys.get(section, {}):
                     return self._keys[section][rest[0]]
-                for sub in ((*section, rest[0]), (*section, rest[0], 0)):
-                    if sub in self.headers:
-                        return self.headers[sub]
+                prefix = (*section, rest[0])
+                below = [no for sub, no in self.headers.items() if sub[: len(prefix)] == prefix]
+                if below:  # a table under it ([x], [[x]], [x.y]): the first one
+                    return min(below)
             if cut:
                 return self.headers[section]
         return None
