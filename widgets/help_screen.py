@@ -54,3 +54,7 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield Static(HELP, id="help-text")
+
+    async def action_dismiss(self, result: None = None) -> None:
+        """Close at once without a result (Screen's own action awaits pending callbacks first)."""
+        self.dismiss(None)
