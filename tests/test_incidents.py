@@ -12,7 +12,10 @@ import pytest
 from tests.incidents import Outcome, load_incidents, read_baseline, run_corpus, score, table
 from tests.sshd import find_sshd
 
-pytestmark = pytest.mark.skipif(find_sshd() is None, reason="sshd not installed (make test installs it)")
+pytestmark = [
+    pytest.mark.skipif(find_sshd() is None, reason="sshd not installed (make test installs it)"),
+    pytest.mark.timeout(600),  # the module's corpus run (~1 min on 2 idle cores) is set up inside the first test
+]
 
 INCIDENTS = load_incidents()
 
