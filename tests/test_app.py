@@ -251,9 +251,8 @@ async def test_restart_toasts_show_the_started_pid_and_a_benchmark_that_died_at_
         await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="confirm dialog")
         await pilot.press("y")
         results = ("alpha: restart", "beta: restart")  # "restarted" or "restart failed"; not a status change
-        await wait_until(
-            pilot, lambda: sum(m.startswith(results) for _, _, m in app.notices) == 2, timeout=60, what="restart results"
-        )
+        answered = lambda: sum(m.startswith(results) for _, _, m in app.notices) == 2  # noqa: E731
+        await wait_until(pilot, answered, timeout=60, what="restart results")
         records = {r["instance"]: r for r in AuditLog(tmp_path / "audit.jsonl").read()}
         alpha = next(n for n in app.notices if n[2].startswith(results[0]))
         assert alpha[0] == "information" and "restarted" in alpha[2]
