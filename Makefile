@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint bench sshd-deps clean
+.PHONY: demo test lint bench incidents sshd-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ sshd-deps:
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
+
+## Score the diagnosis on the incident corpus (tests/fixtures/incidents): one row per incident, then totals.
+incidents: $(STAMP) sshd-deps
+	$(PY) bench/incidents.py
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py
