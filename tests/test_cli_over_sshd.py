@@ -160,10 +160,10 @@ def test_diagnose_cuda_oom_over_ssh(sshd: Sshd, chains: Harness, tmp_path: Path)
 
 
 def test_diagnose_a_stalled_download_over_ssh(sshd: Sshd, chains: Harness, tmp_path: Path) -> None:
-    """``stall_seconds`` in fleet.toml reaches the agent: a progress bar stuck for that long is a stall."""
+    """``stall_seconds`` in fleet.toml reaches the agent: a progress bar stuck that long (5 s, the minimum) stalls."""
     chains.start("stall")
     assert wait_for(lambda: "33.9%" in chains.log_text("benchmark-full.log"), timeout=30)
-    fleet = write_fleet(tmp_path, chains, "stall", instance_table(sshd, chains, stall_seconds=1))
+    fleet = write_fleet(tmp_path, chains, "stall", instance_table(sshd, chains, stall_seconds=5))
 
     status, data = diagnose_until(tmp_path, fleet, "download_stalled")
 
