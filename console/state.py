@@ -17,6 +17,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Set, Tuple, TypedDict, cast
 
+from console.agent.config import STARTUP_GRACE_SECONDS as STARTUP_GRACE  # the diagnosis's grace too
 from console.agent.protocol import (
     DiagnosisResult,
     ErrorFrame,
@@ -32,6 +33,7 @@ from console.agent.protocol import (
     ProcsFrame,
     ResultFrame,
 )
+from console.agent.timefmt import fmt_age as format_age  # one age format for the console and the diagnosis
 from console.inventory import Instance
 from console.status import BAD_LINK, FAILING, LINK_LABELS, RANK, STATUSES
 from console.status import rank as status_rank
@@ -46,7 +48,6 @@ DEFAULT_HEARTBEAT = 5.0  # agent heartbeat_interval default (seconds)
 STALE_FACTOR = 3.0
 IDLE_UTIL = 5  # % at or under which a GPU counts as idle
 IDLE_WINDOW = 30  # samples (seconds) of idleness before an instance is "gpu_idle"
-STARTUP_GRACE = 90.0  # seconds after the entrypoint starts during which "no benchmark yet" is not trouble
 BUSY_UTIL = 10  # % from which a GPU counts as busy in the fleet totals
 
 BAD_SEVERITIES = frozenset(("error", "critical"))
@@ -308,15 +309,6 @@ def _bench_patterns(instance: Any, field: str = "match") -> List[re.Pattern[str]
         with contextlib.suppress(re.error):
             out.append(re.compile(pattern))
     return out
-
-
-def format_age(seconds: float) -> str:
-    seconds = int(max(0, seconds))
-    if seconds < 60:
-        return "%ds" % seconds
-    if seconds < 3600:
-        return "%dm%02ds" % (seconds // 60, seconds % 60)
-    return "%dh%02dm" % (seconds // 3600, (seconds % 3600) // 60)
 
 
 class FleetState:
