@@ -333,7 +333,7 @@ def test_a_young_entrypoint_is_starting_until_its_benchmark_has_run() -> None:
         state.tick()
 
     later(75)
-    assert inst.status == "ok" and inst.status_detail == "benchmark starting: entrypoint up 85s"  # one age format: timefmt
+    assert inst.status == "ok" and inst.status_detail == "benchmark starting: entrypoint up 85s"
     later(10)  # past the grace and still no benchmark: down
     assert inst.status == "benchmark_down"
     # a new entrypoint (a restart) gets its grace again; once its benchmark ran and exited, it is down at once
