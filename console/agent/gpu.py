@@ -17,11 +17,24 @@ A lost device's record is always complete.  Watts are rounded to 0.1 W.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, List, Optional, cast
 
-FULL_EVERY = 60.0  # seconds between frames carrying the static fields
-STATE_REPEAT = 60.0  # a no_gpu / error frame is repeated (and NVML init retried) at most this often
-LOST_RETRY = 30.0  # a lost device is probed again after this many seconds
+from .frames import (
+    FULL_EVERY,
+    LOST_RETRY,
+    STATE_REPEAT,
+    gpu_frame,
+    gpu_record,
+    lost_gpu_record,
+    slim_gpu_frame,
+    slim_gpu_record,
+    sum_memory_by_pid,
+    with_static,
+)
+from .protocol import GpuDevice, GpuProc
+
+# FULL_EVERY, LOST_RETRY, STATE_REPEAT and sum_memory_by_pid are shared with agentless mode (frames.py); they stay
+# importable from here, and LOST_RETRY is read as this module's global (a test shortens it).
 
 # Error codes (same values in pynvml and nvml_sim) after which a field is just "not available".
 _FIELD_CODES = {
@@ -40,7 +53,6 @@ _FIELD_CODES = {
 }
 _NO_DRIVER_CODES = {9, 12}  # DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND
 _NOT_AVAILABLE = (1 << 64) - 1  # NVML_VALUE_NOT_AVAILABLE_ulonglong
-_SLIM_DROP = frozenset(("lost", "error", "procs"))  # procs is added back when it changed
 
 
 class DeviceError(Exception):
@@ -145,7 +157,7 @@ def load_nvml(config: Dict[str, Any]) -> tuple[Optional[Any], bool, Optional[str
         nvml_sim.configure(simulate)
         return nvml_sim, True, None
     try:
-        import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
+        import pynvml
     except Exception as exc:  # ImportError, or a broken install
         return None, False, "pynvml not available: %s" % exc
     return pynvml, False, None
@@ -160,8 +172,8 @@ class _Device:
         self.retry_at = 0.0
         self.static: Optional[Dict[str, Any]] = None
         self.unsupported: set = set()  # NVML functions that said "not supported" (until next full frame)
-        self.procs: List[Dict[str, Any]] = []
-        self.sent_procs: Optional[List[Dict[str, Any]]] = None  # procs as the last frame carried them
+        self.procs: List[GpuProc] = []
+        self.sent_procs: Optional[List[GpuProc]] = None  # procs as the last frame carried them
 
 
 class GpuSampler:
@@ -178,7 +190,7 @@ class GpuSampler:
         self.message: Optional[str] = reason
         self.driver: Optional[str] = None
         self.devices: List[_Device] = []
-        self._last_records: Optional[List[Dict[str, Any]]] = None
+        self._last_records: Optional[List[GpuDevice]] = None
         self._initialized = False
         self._next_full = 0.0
         self._next_state_frame = 0.0
@@ -245,10 +257,10 @@ class GpuSampler:
             self._next_state_frame = now + STATE_REPEAT
             return self._frame(False, [])
         full = now >= self._next_full
-        records = []
+        records: List[GpuDevice] = []
         for dev in self.devices:
             if dev.lost and now < dev.retry_at:
-                records.append(self._lost_record(dev))
+                records.append(lost_gpu_record(dev.index, dev.error))
                 continue
             was_lost = dev.lost or dev.static is None
             try:
@@ -256,7 +268,7 @@ class GpuSampler:
             except DeviceError as exc:
                 dev.lost, dev.error, dev.retry_at, dev.handle = True, str(exc), now + LOST_RETRY, None
                 dev.procs = []
-                records.append(self._lost_record(dev))
+                records.append(lost_gpu_record(dev.index, dev.error))
                 continue
             if was_lost and not full:  # a device that came (back): everyone gets static fields again
                 full = True
@@ -265,10 +277,7 @@ class GpuSampler:
         if full:
             self._next_full = now + FULL_EVERY
             for dev, record in zip(self.devices, records):
-                if dev.static is not None:
-                    record.update(dev.static)
-                else:
-                    record.update({"name": None, "uuid": None, "mem_total": None, "power_limit": None})
+                with_static(record, dev.static)
                 dev.unsupported.clear()
         self._mem_by_pid = sum_memory_by_pid(dev.procs for dev in self.devices)
         self._last_records = records
@@ -276,20 +285,11 @@ class GpuSampler:
             for dev, record in zip(self.devices, records):
                 dev.sent_procs = record["procs"]
             return self._frame(True, records)
-        slim = [self._slim(dev, record) for dev, record in zip(self.devices, records)]
-        return {"state": self.state, "full": False, "devices": slim}
-
-    @staticmethod
-    def _slim(dev: _Device, record: Dict[str, Any]) -> Dict[str, Any]:
-        """A non-full frame's record: a healthy device without lost/error, null fields, or unchanged procs."""
-        if record["lost"]:
+        slim = []
+        for dev, record in zip(self.devices, records):
+            slim.append(slim_gpu_record(record, dev.sent_procs))
             dev.sent_procs = record["procs"]
-            return record
-        out = {k: v for k, v in record.items() if v is not None and k not in _SLIM_DROP}
-        procs = record["procs"]
-        if procs != dev.sent_procs:
-            out["procs"] = dev.sent_procs = procs
-        return out
+        return slim_gpu_frame(slim)
 
     def last_sample(self) -> Optional[Dict[str, Any]]:
         """The latest sample as a full frame (static fields merged in), for diagnosis; no NVML calls."""
@@ -298,39 +298,13 @@ class GpuSampler:
         records = self._last_records
         if records is None:
             return None
-        merged = []
+        merged: List[GpuDevice] = []
         for dev, record in zip(self.devices, records):
-            full = dict(dev.static or {})
-            full.update(record)
-            merged.append(full)
+            merged.append(cast(GpuDevice, {**(dev.static or {}), **record}))  # the record's fields win
         return self._frame(True, merged)
 
-    def _frame(self, full: bool, devices: List[Dict[str, Any]]) -> Dict[str, Any]:
-        return {
-            "state": self.state,
-            "simulated": self.simulated,
-            "driver": self.driver,
-            "message": self.message,
-            "full": full,
-            "devices": devices,
-        }
-
-    @staticmethod
-    def _lost_record(dev: _Device) -> Dict[str, Any]:
-        return {
-            "index": dev.index,
-            "lost": True,
-            "error": dev.error,
-            "util": None,
-            "mem_util": None,
-            "mem_used": None,
-            "temp": None,
-            "power": None,
-            "sm_clock": None,
-            "mem_clock": None,
-            "fan": None,
-            "procs": [],
-        }
+    def _frame(self, full: bool, devices: List[GpuDevice]) -> Dict[str, Any]:
+        return gpu_frame(self.state, self.simulated, self.driver, self.message, full, devices)
 
     def _q(self, dev: _Device, name: str, *args: Any) -> Any:
         if name in dev.unsupported:
@@ -341,7 +315,7 @@ class GpuSampler:
             dev.unsupported.add(name)
         return value
 
-    def _sample_device(self, dev: _Device, with_static: bool) -> Dict[str, Any]:
+    def _sample_device(self, dev: _Device, static_too: bool) -> GpuDevice:
         nvml = self.nvml
         assert nvml is not None
         mod = nvml.module
@@ -359,28 +333,26 @@ class GpuSampler:
         raw_procs = None if "procs" in dev.unsupported else nvml.compute_processes(dev.handle)
         if raw_procs is None:
             dev.unsupported.add("procs")
-        procs = []
+        procs: List[GpuProc] = []
         for proc in raw_procs or []:
             pid = _int(getattr(proc, "pid", None))
             if pid is None:
                 continue
             procs.append({"pid": pid, "mem": _int(getattr(proc, "usedGpuMemory", None))})
         dev.procs = procs
-        record = {
-            "index": dev.index,
-            "lost": False,
-            "error": None,
-            "util": _int(getattr(util, "gpu", None)) if util is not None else None,
-            "mem_util": _int(getattr(util, "memory", None)) if util is not None else None,
-            "mem_used": _int(getattr(meminfo, "used", None)) if meminfo is not None else None,
-            "temp": _int(self._q(dev, "nvmlDeviceGetTemperature", getattr(mod, "NVML_TEMPERATURE_GPU", 0))),
-            "power": _watts(self._q(dev, "nvmlDeviceGetPowerUsage")),
-            "sm_clock": _int(sm),
-            "mem_clock": _int(memclk),
-            "fan": _int(self._q(dev, "nvmlDeviceGetFanSpeed")),
-            "procs": procs,
-        }
-        if with_static or dev.static is None:
+        record = gpu_record(
+            dev.index,
+            util=_int(getattr(util, "gpu", None)) if util is not None else None,
+            mem_util=_int(getattr(util, "memory", None)) if util is not None else None,
+            mem_used=_int(getattr(meminfo, "used", None)) if meminfo is not None else None,
+            temp=_int(self._q(dev, "nvmlDeviceGetTemperature", getattr(mod, "NVML_TEMPERATURE_GPU", 0))),
+            power=_watts(self._q(dev, "nvmlDeviceGetPowerUsage")),
+            sm_clock=_int(sm),
+            mem_clock=_int(memclk),
+            fan=_int(self._q(dev, "nvmlDeviceGetFanSpeed")),
+            procs=procs,
+        )
+        if static_too or dev.static is None:
             dev.static = {
                 "name": _text(nvml.call("nvmlDeviceGetName", dev.handle)),
                 "uuid": _text(nvml.call("nvmlDeviceGetUUID", dev.handle)),
@@ -388,16 +360,3 @@ class GpuSampler:
                 "power_limit": _watts(nvml.call("nvmlDeviceGetEnforcedPowerLimit", dev.handle)),
             }
         return record
-
-
-def sum_memory_by_pid(proc_lists: Iterable[List[Dict[str, Any]]]) -> Dict[int, Optional[int]]:
-    """GPU memory per pid summed over devices (``[{pid, mem}]`` each); None: on a GPU, amount unknown."""
-    mem: Dict[int, Optional[int]] = {}
-    for procs in proc_lists:
-        for proc in procs:
-            pid, used = proc["pid"], proc["mem"]
-            if used is None:
-                mem.setdefault(pid, None)
-            else:
-                mem[pid] = (mem.get(pid) or 0) + used
-    return mem

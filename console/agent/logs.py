@@ -27,6 +27,7 @@ from collections import deque
 from typing import Any, Deque, Dict, Iterable, List, Optional, Tuple
 
 from .config import as_list
+from .frames import log_frame
 
 DISCOVER_EVERY = 5.0
 PARTIAL_AFTER = 2.0
@@ -294,26 +295,6 @@ class LogFollower:
     def close(self) -> None:
         for f in self.files.values():
             f.close()
-
-
-def log_frame(
-    f: Any,
-    lines: List[str],
-    first_line: int,
-    backlog: bool = False,
-    event: Optional[str] = None,
-    partial: bool = False,
-    skipped: int = 0,
-) -> Dict[str, Any]:
-    """A ``log`` frame's fields for file ``f`` (anything with a ``path``)."""
-    frame: Dict[str, Any] = {
-        "path": f.path, "lines": lines, "first_line": first_line, "backlog": backlog, "event": event,
-    }
-    if partial:
-        frame["partial"] = True
-    if skipped:
-        frame["skipped"] = skipped
-    return frame
 
 
 def backlog_frame(f: Any, lines: List[str], first_line: int, max_chars: int) -> Dict[str, Any]:

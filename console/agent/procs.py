@@ -51,22 +51,37 @@ import random
 import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from .frames import (
+    CLK_TCK,
+    PF_KTHREAD,
+    RESEND,
+    Stat,
+    cap_cmdline,
+    changed,
+    cpu_percent,
+    full_procs_frame,
+    name_from,
+    proc_record,
+    procs_changes_frame,
+    start_epoch,
+    structural,
+    subtree,
+    wchan_text,
+)
+from .frames import parse_stat as _parse_stat  # a module global here: tests count the parses through it
+from .protocol import ProcRecord
+
 try:  # optional
-    import psutil  # type: ignore[import-not-found,import-untyped,unused-ignore]
+    import psutil
 except Exception:  # ImportError or a broken install
-    psutil = None  # type: ignore[assignment]
+    psutil = None
 
 PROC = "/proc"
-MAX_CMDLINE = 1024
 COLD_PERIOD = 5.0  # seconds between readings of an idle sleeping process
 DORMANT_PERIOD = 10.0  # ... and of one whose last DORMANT_AFTER readings found nothing new
 DORMANT_AFTER = 3
 HOT_NEW = 10.0  # a process is hot for this many seconds after it appears
 OUTSIDE_PERIOD = 30.0  # processes outside proc_root's subtree (for ppid changes / pid reuse)
-PF_KTHREAD = 0x00200000
-CPU_STEP = 1.0
-RSS_STEP = 1024 * 1024
-RESEND = 5.0  # cpu/rss/wchan-only changes (and R<->S flips) of one process: at most one upsert per RESEND s
 LIST_EVERY = 30.0  # /proc is listed at least this often even when /proc/loadavg says nothing changed
 WCHAN_MAX_AGE = 2.5  # seconds a process's wchan is reused while its state letter stays the same
 WCHAN_IDLE_AGE = 30.0  # ... while the process did not run (or its whole /proc/PID/stat stayed byte-identical)
@@ -88,13 +103,6 @@ _PSUTIL_STATES = {
     "waiting": "W",
     "parked": "P",
 }
-
-try:
-    CLK_TCK = float(os.sysconf("SC_CLK_TCK"))
-    PAGE_SIZE = int(os.sysconf("SC_PAGE_SIZE"))
-except (AttributeError, ValueError, OSError):
-    CLK_TCK, PAGE_SIZE = 100.0, 4096
-
 
 def _read_bytes(path: str, size: int = 4096) -> Optional[bytes]:
     try:
@@ -131,28 +139,10 @@ def _hold_limit() -> int:
     return max(0, min(HOLD_FDS, soft // 4))
 
 
-def read_stat(pid: int) -> Optional[Tuple[str, str, int, int, int, float, int, int]]:
+def read_stat(pid: int) -> Optional[Stat]:
     """(comm, state, ppid, flags, cpu_ticks, start_ticks, rss_bytes, pid) from /proc/PID/stat."""
     data = _read_bytes("%s/%d/stat" % (PROC, pid))
     return _parse_stat(data, pid) if data else None
-
-
-def _parse_stat(data: bytes, pid: int) -> Optional[Tuple[str, str, int, int, int, float, int, int]]:
-    right = data.rfind(b")")
-    fields = data[right + 2 :].split()
-    try:
-        return (
-            data[data.find(b"(") + 1 : right].decode("utf-8", "replace"),
-            fields[0].decode("ascii", "replace"),
-            int(fields[1]),
-            int(fields[6]),
-            int(fields[11]) + int(fields[12]),
-            float(fields[19]),
-            int(fields[21]) * PAGE_SIZE,
-            pid,
-        )
-    except (IndexError, ValueError):
-        return None
 
 
 def _threads(data: bytes) -> int:
@@ -182,30 +172,13 @@ def task_signature() -> Optional[bytes]:
 
 def read_wchan(pid: int) -> Optional[str]:
     """The kernel function a sleeping process waits in; None when unknown ("0", empty, unreadable)."""
-    data = _read_bytes("%s/%d/wchan" % (PROC, pid), 256)
-    if not data:
-        return None
-    text = data.strip().decode("ascii", "replace")
-    return None if text in ("", "0") else text
+    return wchan_text(_read_bytes("%s/%d/wchan" % (PROC, pid), 256))
 
 
 def read_cmdline(pid: int) -> List[str]:
     data = _read_bytes("%s/%d/cmdline" % (PROC, pid), 1 << 16) or b""
     parts = data.rstrip(b"\0").split(b"\0") if data else []
     return [p.decode("utf-8", "replace") for p in parts]
-
-
-def _cap(text: str) -> str:
-    return text if len(text) <= MAX_CMDLINE else text[: MAX_CMDLINE - 1] + "…"
-
-
-def _name_from(comm: str, argv: List[str]) -> str:
-    """Like psutil: comm is cut at 15 chars; extend it from argv[0] when that matches."""
-    if len(comm) >= 15 and argv:
-        base = os.path.basename(argv[0])
-        if base.startswith(comm):
-            return base
-    return comm
 
 
 def _list_pids() -> List[int]:
@@ -266,7 +239,7 @@ class _Entry:
         self.next_read = 0.0
         self.first_seen = 0.0
         self.kthread = False
-        self.sent: Optional[Dict[str, Any]] = None
+        self.sent: Optional[ProcRecord] = None
         self.sent_at = 0.0
         self.raw = b""  # the last /proc/PID/stat read
         self.sched = b""  # the last /proc/PID/schedstat read (b"": none to compare with: read stat)
@@ -280,19 +253,11 @@ class _Entry:
         self.changed = True  # the last reading changed something a record carries
         self.unchanged = 0  # readings in a row that found nothing new (schedstat or stat byte-identical)
 
-    def record(self, gpu_mem: Optional[int]) -> Dict[str, Any]:
-        return {
-            "pid": self.pid,
-            "ppid": self.ppid,
-            "name": self.name,
-            "cmdline": self.cmdline,
-            "state": self.state,
-            "wchan": self.wchan,
-            "cpu": self.cpu,
-            "rss": self.rss,
-            "start": self.start,
-            "gpu_mem": gpu_mem,
-        }
+    def record(self, gpu_mem: Optional[int]) -> ProcRecord:
+        return proc_record(
+            self.pid, self.ppid, self.name, self.cmdline, self.state, self.wchan, self.cpu, self.rss, self.start,
+            gpu_mem,
+        )
 
 
 class Starved(Exception):
@@ -416,7 +381,7 @@ class _Reader:
             entry.start_ticks = start_ticks
             entry.comm = comm
             entry.kthread = bool(flags & PF_KTHREAD)  # not "pid 2": in a PID namespace (a container) it is a process
-            entry.start = round(self.btime + start_ticks / CLK_TCK, 2)
+            entry.start = start_epoch(self.btime, start_ticks)
             entry.cpu = None
             entry.read_at = 0.0
             entry.first_seen = now
@@ -428,7 +393,8 @@ class _Reader:
         entry.ppid, entry.state, entry.rss = ppid, state, rss
         seconds = ticks / CLK_TCK
         if with_cpu:
-            self._cpu(entry, seconds, now, wall)
+            entry.cpu = cpu_percent(seconds, entry.ticks, now - entry.read_at if entry.read_at > 0.0 else 0.0,
+                                    wall - entry.start)
         entry.ticks = seconds
         entry.read_at = now
         self._wchan(entry, now, state_changed)
@@ -443,8 +409,8 @@ class _Reader:
         if with_cpu:
             if entry.read_at > 0.0 and now > entry.read_at:
                 entry.cpu = 0.0  # no tick since the last reading
-            else:
-                self._cpu(entry, entry.ticks, now, wall)
+            else:  # its first reading: the average over its lifetime
+                entry.cpu = cpu_percent(entry.ticks, 0.0, 0.0, wall - entry.start)
         entry.read_at = now
         entry.unchanged += 1
         if ran and entry.state != "R" and not entry.kthread and now - entry.wchan_at >= WCHAN_IDLE_AGE:
@@ -456,9 +422,7 @@ class _Reader:
         if entry.state == "R" or entry.kthread:
             entry.wchan = None
         elif state_changed or now - entry.wchan_at >= WCHAN_MAX_AGE:
-            data = self._read(-1, entry.wchan_path, 256, hold=False)[1]
-            text = data.strip().decode("ascii", "replace") if data else ""
-            entry.wchan = None if text in ("", "0") else text
+            entry.wchan = wchan_text(self._read(-1, entry.wchan_path, 256, hold=False)[1])
             entry.wchan_at = now
 
     def _static(self, entry: _Entry, comm: str) -> None:
@@ -468,16 +432,7 @@ class _Reader:
             self._static_psutil(entry, comm)
         else:
             argv = read_cmdline(entry.pid)
-            entry.name, entry.cmdline = _name_from(comm, argv), _cap(" ".join(argv))
-
-    @staticmethod
-    def _cpu(entry: _Entry, seconds: float, now: float, wall: float) -> None:
-        if entry.read_at > 0 and now > entry.read_at:
-            value = (seconds - entry.ticks) / (now - entry.read_at) * 100.0
-        else:
-            age = wall - entry.start
-            value = seconds / age * 100.0 if age > 0.5 else 0.0
-        entry.cpu = round(max(0.0, value), 1)
+            entry.name, entry.cmdline = name_from(comm, argv), cap_cmdline(" ".join(argv))
 
     def _static_psutil(self, entry: _Entry, comm: str) -> None:
         try:
@@ -487,7 +442,7 @@ class _Reader:
                 argv = proc.cmdline()
         except psutil.Error:
             name, argv = comm, []
-        entry.name, entry.cmdline = name or comm, _cap(" ".join(argv))
+        entry.name, entry.cmdline = name or comm, cap_cmdline(" ".join(argv))
 
     def _read_psutil(self, entry: _Entry, now: float, wall: float, with_cpu: bool) -> bool:
         if psutil is None:
@@ -501,7 +456,7 @@ class _Reader:
                     entry.start = round(start, 2)
                     entry.name = proc.name()
                     try:
-                        entry.cmdline = _cap(" ".join(proc.cmdline()))
+                        entry.cmdline = cap_cmdline(" ".join(proc.cmdline()))
                     except psutil.Error:
                         entry.cmdline = ""
                     entry.read_at, entry.cpu, entry.first_seen = 0.0, None, now
@@ -513,7 +468,8 @@ class _Reader:
             return False
         seconds = float(times.user + times.system)
         if with_cpu:
-            self._cpu(entry, seconds, now, wall)
+            entry.cpu = cpu_percent(seconds, entry.ticks, now - entry.read_at if entry.read_at > 0.0 else 0.0,
+                                    wall - entry.start)
         entry.ticks = seconds
         entry.read_at = now
         entry.wchan = None
@@ -528,43 +484,6 @@ def _choose_backend(config: Dict[str, Any], backend: Optional[str]) -> str:
     if wanted == "auto":
         wanted = "psutil" if psutil is not None else "proc"
     return wanted
-
-
-def _subtree(entries: Iterable[_Entry], root: int) -> set:
-    children: Dict[int, List[int]] = {}
-    for e in entries:
-        children.setdefault(e.ppid, []).append(e.pid)
-    out, todo = set(), [root]
-    while todo:
-        pid = todo.pop()
-        if pid in out:
-            continue
-        out.add(pid)
-        todo.extend(children.get(pid, ()))
-    return out
-
-
-def _structural(old: Dict[str, Any], e: _Entry, gpu_mem: Optional[int]) -> bool:
-    """A change sent at once: identity, parent, GPU memory, or a state beyond running/sleeping."""
-    if (
-        old["ppid"] != e.ppid
-        or old["start"] != e.start
-        or old["gpu_mem"] != gpu_mem
-        or old["name"] != e.name
-        or old["cmdline"] != e.cmdline
-    ):
-        return True
-    return old["state"] != e.state and not (old["state"] in "RS" and e.state in "RS")
-
-
-def _changed(old: Dict[str, Any], e: _Entry) -> bool:
-    """Any change worth a record once RESEND has passed (identity and GPU memory are checked before)."""
-    if old["state"] != e.state or old["wchan"] != e.wchan:
-        return True
-    oc, nc = old["cpu"] or 0.0, e.cpu or 0.0
-    if (oc == 0.0) != (nc == 0.0) or abs(oc - nc) >= CPU_STEP:
-        return True
-    return abs(old["rss"] - e.rss) > max(RSS_STEP, old["rss"] * 0.05)
 
 
 class ProcSampler:
@@ -695,7 +614,7 @@ class ProcSampler:
         if members_changed:
             self._members_changed = False
             if self.root is not None:
-                self._keep = keep = _subtree(entries.values(), self.root)
+                self._keep = keep = subtree(((e.pid, e.ppid) for e in entries.values()), (self.root,))
                 for e in entries.values():
                     if e.pid not in keep and e.next_read < now + OUTSIDE_PERIOD:
                         e.next_read = now + OUTSIDE_PERIOD
@@ -736,7 +655,7 @@ class ProcSampler:
             self._sent_pids = set(visible)
             self._gpu_pids = {pid for pid, mem in gpu_mem.items() if mem is not None and pid in visible}
             self._pending = set()
-            return {"full": True, "procs": records}
+            return full_procs_frame(records)
         candidates = set(touched)
         candidates.update(gpu_mem)
         candidates.update(self._gpu_pids)
@@ -751,9 +670,9 @@ class ProcSampler:
             e = entries[pid]
             mem = gpu_mem.get(pid)
             old = e.sent
-            if old is None or pid not in sent_pids or _structural(old, e, mem):
+            if old is None or pid not in sent_pids or structural(old, e.ppid, e.start, mem, e.name, e.cmdline, e.state):
                 pass
-            elif not _changed(old, e):
+            elif not changed(old, e.state, e.wchan, e.cpu, e.rss):
                 continue
             elif now - e.sent_at < RESEND:
                 pending.add(pid)  # unread processes are not candidates: remember to send it later
@@ -766,12 +685,10 @@ class ProcSampler:
             gone = sorted(sent_pids - visible)
             self._sent_pids = set(visible)
         self._gpu_pids = {pid for pid, mem in gpu_mem.items() if mem is not None and pid in visible}
-        if not upsert and not gone:
-            return None
-        return {"full": False, "upsert": upsert, "gone": gone}
+        return procs_changes_frame(upsert, gone)
 
 
-def read_process_table(config: Dict[str, Any], backend: Optional[str] = None) -> List[Dict[str, Any]]:
+def read_process_table(config: Dict[str, Any], backend: Optional[str] = None) -> List[ProcRecord]:
     """A one-shot snapshot of the process table (same record fields; ``cpu`` is None).
 
     Honors ``proc_root``; kernel threads are left out.  GPU memory is not known here (``gpu_mem`` None).
@@ -787,7 +704,7 @@ def read_process_table(config: Dict[str, Any], backend: Optional[str] = None) ->
         except Starved:
             continue
     root = config.get("proc_root")
-    keep = _subtree(entries.values(), int(root)) if root not in (None, "") else None
+    keep = subtree(((e.pid, e.ppid) for e in entries.values()), (int(root),)) if root not in (None, "") else None
     out = []
     for pid in sorted(entries):
         e = entries[pid]

@@ -12,9 +12,23 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from console.agent.gpu import FULL_EVERY, LOST_RETRY, STATE_REPEAT, sum_memory_by_pid
+from console.agent.frames import (
+    FULL_EVERY,
+    LOST_RETRY,
+    STATE_REPEAT,
+    STATIC_GPU_FIELDS,
+    gpu_frame,
+    gpu_record,
+    lost_gpu_record,
+    slim_gpu_frame,
+    slim_gpu_record,
+    static_of,
+    sum_memory_by_pid,
+    with_static,
+)
+from console.agent.protocol import GpuDevice, GpuProc
 from console.agentless.host import MARK, section_fn, sections
 
 MIB = 1024 * 1024
@@ -88,19 +102,12 @@ class GpuReading:
     state: str
     message: str | None
     driver: str | None
-    devices: list[dict[str, Any]]
+    devices: list[GpuDevice]
 
 
-def _lost_record(index: int, error: str) -> dict[str, Any]:
-    return {
-        "index": index, "lost": True, "error": error, "util": None, "mem_util": None, "mem_used": None,
-        "temp": None, "power": None, "sm_clock": None, "mem_clock": None, "fan": None, "procs": [],
-    }
-
-
-def parse_gpu_rows(text: str) -> tuple[list[dict[str, Any]], str | None, list[str]]:
+def parse_gpu_rows(text: str) -> tuple[list[GpuDevice], str | None, list[str]]:
     """Device records (static fields included) from ``--query-gpu`` CSV; (records, driver, other lines)."""
-    records: list[dict[str, Any]] = []
+    records: list[GpuDevice] = []
     other: list[str] = []
     driver = None
     n = len(GPU_FIELDS)
@@ -113,7 +120,7 @@ def parse_gpu_rows(text: str) -> tuple[list[dict[str, Any]], str | None, list[st
         if len(parts) < n or not index.isdigit():
             if _LOST_LINE_RE.search(line):  # "Unable to determine the device handle for GPU...": the next index
                 nxt = records[-1]["index"] + 1 if records else 0
-                records.append(dict(_lost_record(nxt, line), name=None, uuid=None, mem_total=None, power_limit=None))
+                records.append(with_static(lost_gpu_record(nxt, line), None))
             else:
                 other.append(line)
             continue
@@ -131,30 +138,27 @@ def parse_gpu_rows(text: str) -> tuple[list[dict[str, Any]], str | None, list[st
             driver = drv
         broken = ["%s %s" % (f, val) for f, val in (("utilization.gpu", util), ("memory.used", used)) if _is_error(val)]
         if broken:
-            record = _lost_record(int(index), "nvidia-smi reports " + ", ".join(broken))
+            record = lost_gpu_record(int(index), "nvidia-smi reports " + ", ".join(broken))
         else:
-            record = {
-                "index": int(idx or index),
-                "lost": False,
-                "error": None,
-                "util": _int(util),
-                "mem_util": _int(mem_util),
-                "mem_used": _mib(used),
-                "temp": _int(temp),
-                "power": _watts(power),
-                "sm_clock": _int(sm),
-                "mem_clock": _int(memclk),
-                "fan": _int(fan),
-                "procs": [],
-            }
-        record.update(static)
-        records.append(record)
+            record = gpu_record(
+                int(idx or index),
+                util=_int(util),
+                mem_util=_int(mem_util),
+                mem_used=_mib(used),
+                temp=_int(temp),
+                power=_watts(power),
+                sm_clock=_int(sm),
+                mem_clock=_int(memclk),
+                fan=_int(fan),
+                procs=[],
+            )
+        records.append(with_static(record, static))
     return records, driver, other
 
 
-def parse_compute_apps(text: str) -> dict[str, list[dict[str, Any]]]:
+def parse_compute_apps(text: str) -> dict[str, list[GpuProc]]:
     """``{gpu uuid: [{pid, mem (bytes|None)}]}`` from ``--query-compute-apps`` CSV (other lines ignored)."""
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, list[GpuProc]] = {}
     for raw in text.splitlines():
         parts = [p.strip() for p in raw.split(",")]
         if len(parts) != len(APP_FIELDS) or not parts[1].isdigit():
@@ -186,12 +190,9 @@ def parse_gpu_output(output: bytes, nonce: str) -> GpuReading:
         return GpuReading("error", message, None, [])
     apps = parse_compute_apps(apps_text)
     for record in records:
-        if not record["lost"]:
+        if not record.get("lost"):
             record["procs"] = apps.get(record.get("uuid") or "", [])
     return GpuReading("ok", None, driver, records)
-
-
-_STATIC = ("name", "uuid", "mem_total", "power_limit")
 
 
 class GpuFrames:
@@ -207,7 +208,7 @@ class GpuFrames:
         self._next_poll = 0.0
         self._static: dict[int, dict[str, Any]] = {}
         self._lost: set[int] = set()
-        self._sent_procs: dict[int, list[dict[str, Any]]] = {}
+        self._sent_procs: dict[int, list[GpuProc]] = {}
         self.mem_by_pid: dict[int, int | None] = {}
 
     def due(self, now: float) -> bool:
@@ -235,44 +236,30 @@ class GpuFrames:
             return self._frame(False, [])
         self._last_state = None
         full = now >= self._next_full
-        records = []
+        records: list[GpuDevice] = []
         lost_now = set()
         for dev in reading.devices:
             index = dev["index"]
-            static = {k: dev.get(k) for k in _STATIC}
-            if dev["lost"]:
+            if dev.get("lost"):
                 lost_now.add(index)
             else:
                 if index in self._lost or index not in self._static:
                     full = True  # a device that came (back): static fields again for everyone
-                self._static[index] = static
-            records.append({k: v for k, v in dev.items() if k not in _STATIC})
+                self._static[index] = static_of(dev)
+            records.append(cast(GpuDevice, {k: v for k, v in dev.items() if k not in STATIC_GPU_FIELDS}))
         self._lost = lost_now
-        self.mem_by_pid = sum_memory_by_pid(rec["procs"] for rec in records)
+        self.mem_by_pid = sum_memory_by_pid(rec.get("procs", []) for rec in records)
         if full:
             self._next_full = now + FULL_EVERY
             for rec in records:
-                rec.update(self._static.get(rec["index"]) or dict.fromkeys(_STATIC))
-                self._sent_procs[rec["index"]] = rec["procs"]
+                with_static(rec, self._static.get(rec["index"]))
+                self._sent_procs[rec["index"]] = rec.get("procs", [])
             return self._frame(True, records)
         slim = []
         for rec in records:
-            if rec["lost"]:
-                self._sent_procs[rec["index"]] = rec["procs"]
-                slim.append(rec)
-                continue
-            out = {k: v for k, v in rec.items() if v is not None and k not in ("lost", "error", "procs")}
-            if rec["procs"] != self._sent_procs.get(rec["index"]):
-                out["procs"] = self._sent_procs[rec["index"]] = rec["procs"]
-            slim.append(out)
-        return {"state": "ok", "full": False, "devices": slim}
+            slim.append(slim_gpu_record(rec, self._sent_procs.get(rec["index"])))
+            self._sent_procs[rec["index"]] = rec.get("procs", [])
+        return slim_gpu_frame(slim)
 
-    def _frame(self, full: bool, devices: list[dict[str, Any]]) -> dict[str, Any]:
-        return {
-            "state": self.state,
-            "simulated": False,
-            "driver": self.driver,
-            "message": self.message,
-            "full": full,
-            "devices": devices,
-        }
+    def _frame(self, full: bool, devices: list[GpuDevice]) -> dict[str, Any]:
+        return gpu_frame(self.state, False, self.driver, self.message, full, devices)

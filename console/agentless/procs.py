@@ -15,7 +15,23 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from console.agent.procs import CPU_STEP, MAX_CMDLINE, PF_KTHREAD, RESEND, RSS_STEP
+from console.agent.frames import (
+    PF_KTHREAD,
+    RESEND,
+    cap_cmdline,
+    changed,
+    cpu_percent,
+    full_procs_frame,
+    name_from,
+    parse_stat,
+    proc_record,
+    procs_changes_frame,
+    start_epoch,
+    structural,
+    subtree,
+    wchan_text,
+)
+from console.agent.protocol import ProcRecord
 from console.agentless.host import MARK, HostFacts, section_fn, sections
 
 
@@ -60,10 +76,6 @@ class ProcRow:
     kthread: bool
 
 
-def _cap(text: str) -> str:
-    return text if len(text) <= MAX_CMDLINE else text[: MAX_CMDLINE - 1] + "…"
-
-
 def parse_proc_snapshot(output: bytes, nonce: str, facts: HostFacts) -> tuple[float | None, list[ProcRow]]:
     """(host uptime, rows) from the ``/proc`` variant of ``procs_command``."""
     uptime = None
@@ -84,31 +96,19 @@ def parse_proc_snapshot(output: bytes, nonce: str, facts: HostFacts) -> tuple[fl
             wchans = _split_head(payload)
     rows = []
     for line in stats:
-        right = line.rfind(b")")
         left = line.find(b" (")
-        if right < 0 or left < 0 or not line[:left].isdigit():
+        if left < 0 or line.rfind(b")") < 0 or not line[:left].isdigit():
             continue
-        fields = line[right + 2 :].split()
-        try:
-            pid = int(line[:left])
-            state = fields[0].decode("ascii", "replace")
-            ppid, flags = int(fields[1]), int(fields[6])
-            ticks = int(fields[11]) + int(fields[12])
-            start_ticks = float(fields[19])
-            rss = int(fields[21]) * facts.page_size
-        except (IndexError, ValueError):
+        pid = int(line[:left])
+        st = parse_stat(line, pid, facts.page_size)
+        if st is None:
             continue
-        comm = line[left + 2 : right].decode("utf-8", "replace")
+        comm, state, ppid, flags, ticks, start_ticks, rss, _ = st
         argv = [a.decode("utf-8", "replace") for a in cmdlines.get(pid, b"").rstrip(b"\0").split(b"\0") if a]
-        name = comm
-        if len(comm) >= 15 and argv and posixpath.basename(argv[0]).startswith(comm):
-            name = posixpath.basename(argv[0])
-        wchan = wchans.get(pid, b"").strip().decode("ascii", "replace")
         rows.append(ProcRow(
-            pid=pid, ppid=ppid, comm=name, state=state, cpu_seconds=ticks / facts.clk_tck, pcpu=None, rss=rss,
-            start=round(facts.btime + start_ticks / facts.clk_tck, 2), cmdline=_cap(" ".join(argv)),
-            wchan=None if wchan in ("", "0") else wchan,
-            kthread=bool(flags & PF_KTHREAD),
+            pid=pid, ppid=ppid, comm=name_from(comm, argv), state=state, cpu_seconds=ticks / facts.clk_tck, pcpu=None,
+            rss=rss, start=start_epoch(facts.btime, start_ticks, facts.clk_tck), cmdline=cap_cmdline(" ".join(argv)),
+            wchan=wchan_text(wchans.get(pid)), kthread=bool(flags & PF_KTHREAD),
         ))
     return uptime, rows
 
@@ -166,40 +166,15 @@ def parse_ps_snapshot(output: bytes, nonce: str) -> tuple[float | None, list[Pro
         rows.append(ProcRow(
             pid=pid, ppid=ppid, comm=comm or "?", state=parts[2][:1] or "?",
             cpu_seconds=None, pcpu=round(pcpu, 1), rss=rss_kib * 1024,
-            start=float(round((now or 0.0) - (elapsed or 0), 2)), cmdline=_cap(args), wchan=None, kthread=kthread,
+            start=float(round((now or 0.0) - (elapsed or 0), 2)), cmdline=cap_cmdline(args), wchan=None,
+            kthread=kthread,
         ))
     return now, rows
 
 
 def _own_pids(rows: list[ProcRow]) -> set[int]:
     """The poll commands (their command line carries MARK) and everything under them."""
-    children: dict[int, list[int]] = {}
-    for row in rows:
-        children.setdefault(row.ppid, []).append(row.pid)
-    todo = [row.pid for row in rows if MARK in row.cmdline]
-    out: set[int] = set()
-    while todo:
-        pid = todo.pop()
-        if pid not in out:
-            out.add(pid)
-            todo.extend(children.get(pid, ()))
-    return out
-
-
-def _structural(old: dict[str, Any], new: dict[str, Any]) -> bool:
-    for key in ("ppid", "start", "gpu_mem", "name", "cmdline"):
-        if old[key] != new[key]:
-            return True
-    return old["state"] != new["state"] and not (old["state"] in "RS" and new["state"] in "RS")
-
-
-def _changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
-    if old["state"] != new["state"] or old["wchan"] != new["wchan"]:
-        return True
-    oc, nc = old["cpu"] or 0.0, new["cpu"] or 0.0
-    if (oc == 0.0) != (nc == 0.0) or abs(oc - nc) >= CPU_STEP:
-        return True
-    return abs(old["rss"] - new["rss"]) > max(RSS_STEP, old["rss"] * 0.05)
+    return subtree(((row.pid, row.ppid) for row in rows), [row.pid for row in rows if MARK in row.cmdline])
 
 
 class ProcFrames:
@@ -207,7 +182,7 @@ class ProcFrames:
 
     def __init__(self) -> None:
         self._full = True
-        self._sent: dict[int, dict[str, Any]] = {}
+        self._sent: dict[int, ProcRecord] = {}
         self._sent_at: dict[int, float] = {}
         self._ticks: dict[tuple[int, float], tuple[float, float]] = {}  # (pid, start) -> (cpu s, host clock)
 
@@ -216,11 +191,11 @@ class ProcFrames:
 
     def records(
         self, clock: float | None, rows: list[ProcRow], gpu_mem: dict[int, Any], boot: float = 0.0
-    ) -> dict[int, dict[str, Any]]:
+    ) -> dict[int, ProcRecord]:
         """Records keyed by pid; ``clock`` is the host's uptime (``/proc``) and ``boot`` its boot time (epoch)."""
         own = _own_pids(rows)
         ticks: dict[tuple[int, float], tuple[float, float]] = {}
-        out = {}
+        out: dict[int, ProcRecord] = {}
         for row in rows:
             if row.kthread or row.pid in own:
                 continue
@@ -228,32 +203,33 @@ class ProcFrames:
             if row.cpu_seconds is not None and clock is not None:
                 key = (row.pid, row.start)
                 ticks[key] = (row.cpu_seconds, clock)
-                prev = self._ticks.get(key)
-                if prev is not None and clock > prev[1]:
-                    cpu = (row.cpu_seconds - prev[0]) / (clock - prev[1]) * 100.0
-                else:  # first reading: the average over the process's life, as the agent does
-                    age = clock - (row.start - boot)
-                    cpu = row.cpu_seconds / age * 100.0 if age > 0.5 else 0.0
-                cpu = round(max(0.0, cpu), 1)
-            out[row.pid] = {
-                "pid": row.pid, "ppid": row.ppid, "name": row.comm, "cmdline": row.cmdline, "state": row.state,
-                "wchan": row.wchan, "cpu": cpu, "rss": row.rss, "start": row.start, "gpu_mem": gpu_mem.get(row.pid),
-            }
+                prev = self._ticks.get(key)  # none: its first reading, the average over its life
+                last, since = (prev[0], clock - prev[1]) if prev is not None else (0.0, 0.0)
+                cpu = cpu_percent(row.cpu_seconds, last, since, clock - (row.start - boot))
+            out[row.pid] = proc_record(
+                row.pid, row.ppid, row.comm, row.cmdline, row.state, row.wchan, cpu, row.rss, row.start,
+                gpu_mem.get(row.pid),
+            )
         if clock is not None:
             self._ticks = ticks
         return out
 
-    def frame(self, records: dict[int, dict[str, Any]], now: float) -> dict[str, Any] | None:
+    def frame(self, records: dict[int, ProcRecord], now: float) -> dict[str, Any] | None:
         if self._full:
             self._full = False
             self._sent = dict(records)
             self._sent_at = dict.fromkeys(records, now)
-            return {"full": True, "procs": [records[pid] for pid in sorted(records)]}
+            return full_procs_frame([records[pid] for pid in sorted(records)])
         upsert = []
         for pid in sorted(records):
             rec, old = records[pid], self._sent.get(pid)
-            held = old is not None and not _structural(old, rec)  # then only a change, at most every RESEND s
-            if held and old is not None and (not _changed(old, rec) or now - self._sent_at.get(pid, 0.0) < RESEND):
+            if (
+                old is not None  # held unless structural; then only a change, at most every RESEND s
+                and not structural(old, rec["ppid"], rec["start"], rec["gpu_mem"], rec["name"], rec["cmdline"],
+                                   rec["state"])
+                and (not changed(old, rec["state"], rec["wchan"], rec["cpu"], rec["rss"])
+                     or now - self._sent_at.get(pid, 0.0) < RESEND)
+            ):
                 continue
             self._sent[pid], self._sent_at[pid] = rec, now
             upsert.append(rec)
@@ -261,6 +237,4 @@ class ProcFrames:
         for pid in gone:
             self._sent.pop(pid, None)
             self._sent_at.pop(pid, None)
-        if not upsert and not gone:
-            return None
-        return {"full": False, "upsert": upsert, "gone": gone}
+        return procs_changes_frame(upsert, gone)

@@ -15,7 +15,7 @@ from typing import Any
 import asyncssh
 
 from console.agent import config as agent_config
-from console.agent.protocol import PROTOCOL_VERSION, ProtocolError, decode_request, encode
+from console.agent.protocol import PROTOCOL_VERSION, ProcRecord, ProtocolError, decode_request, encode
 from console.agentless.gpu import GPU_TIMEOUT, GpuFrames, gpu_command, parse_gpu_output
 from console.agentless.host import (
     AGENT_VERSION,
@@ -177,11 +177,11 @@ class AgentlessSession:
                 if gpu_frame is not None:
                     self._send("gpu", **gpu_frame)
                     gpu_frame = None
-                clock, records = results[0]  # type: ignore[misc]
+                clock, records = results[0]
                 procs_frame = self.procs.frame(records, time.monotonic())
                 if procs_frame is not None:
                     self._send("procs", ts=clock, **procs_frame)
-                for frame in results[1]:  # type: ignore[union-attr]
+                for frame in results[1]:
                     self._send("log", **frame)
                 self.samples += 1
                 seq += 1
@@ -201,7 +201,7 @@ class AgentlessSession:
             return self.gpu.timed_out(now, GPU_TIMEOUT)
         return self.gpu.feed(parse_gpu_output(result.stdout, nonce), now)
 
-    async def _poll_procs(self) -> tuple[float | None, dict[int, dict[str, Any]]]:
+    async def _poll_procs(self) -> tuple[float | None, dict[int, ProcRecord]]:
         nonce = new_nonce()
         facts = self.facts
         out = await self._poll(procs_command(nonce, facts.have_proc), "process")
