@@ -10,8 +10,9 @@ from __future__ import annotations
 import shlex
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from console.agent.config import STARTUP_GRACE_SECONDS
 from console.mcp import safe
-from console.state import STARTUP_GRACE, FleetState, InstanceState, LogRing
+from console.state import FleetState, InstanceState, LogRing
 
 SEVERITY_ORDER = {"critical": 0, "error": 1, "warning": 2, "info": 3}
 LOG_MODES = ("tail", "around", "match")
@@ -27,7 +28,7 @@ def benchmark_state(inst: InstanceState, now: float) -> str:
     if inst.bench_running:
         return "running"
     up = inst.entrypoint_age(now)
-    return "starting" if up is not None and up < STARTUP_GRACE else "not_running"
+    return "starting" if up is not None and up < STARTUP_GRACE_SECONDS else "not_running"
 
 
 def verdict_of(inst: InstanceState, now: float) -> Optional[Dict[str, Any]]:
