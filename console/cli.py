@@ -8,7 +8,7 @@ import sys
 
 from console import __version__
 
-COMMANDS = ("run", "demo", "check", "status", "diagnose", "restart", "mcp", "agent")
+COMMANDS = ("run", "demo", "check", "status", "diagnose", "restart", "mcp", "serve", "replay", "history", "agent")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,7 +29,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fleet-console {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    sub.add_parser("run", parents=[common, ui], help="open the console on a fleet file (the default command)")
+    monitor = argparse.ArgumentParser(add_help=False)  # console/serve.py: exporter and recording
+    monitor.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus /metrics on this port")
+    monitor.add_argument("--metrics-bind", metavar="HOST", help="address for /metrics (default 127.0.0.1)")
+    monitor.add_argument("--record", metavar="FILE", help="record every frame to FILE (gzip JSON lines) for replay")
+
+    sub.add_parser("run", parents=[common, ui, monitor], help="open the console on a fleet file (the default command)")
     demo = sub.add_parser("demo", parents=[ui], help="open the console on a local demo fleet (simulated GPUs)")
     demo.add_argument("--instances", type=int, default=6, help="demo instances, 1 to 64 (default 6)")
     demo.add_argument("--read-only", action="store_true", help="disable restarts")
@@ -60,6 +65,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mcp.add_argument("--allow-restart", action="store_true", help="let the restart tool restart (off by default)")
     mcp.add_argument("--timeout", type=float, default=30.0, help="seconds a tool call waits on a host (default 30)")
+
+    serve = sub.add_parser("serve", parents=[common, monitor],
+                           help="no UI: links, history, alerts and /metrics (port 9847), for systemd or a container")
+    serve.add_argument("--demo", action="store_true", help="serve the demo fleet (local, simulated GPUs)")
+    serve.add_argument("--instances", type=int, default=6, help="demo instances with --demo, 1 to 64 (default 6)")
+    serve.add_argument("--no-history", action="store_true", help="do not write the history file")
+    serve.add_argument("--history-days", type=float, metavar="DAYS", help="history kept this long (default 14)")
+    serve.add_argument("--no-auto-diagnose", action="store_true",
+                       help="do not diagnose instances whose benchmark went down by themselves")
+
+    replay = sub.add_parser("replay", parents=[ui], help="open the console on a recording (--record FILE)")
+    replay.add_argument("file", metavar="FILE")
+    replay.add_argument("--speed", type=float, default=1.0, help="playback speed (default 1; keys - and + change it)")
+    replay.add_argument("--start", type=float, default=0.0, metavar="SECONDS", help="start this far into it")
+    replay.add_argument("--paused", action="store_true", help="open paused (key z plays)")
+    replay.add_argument("--check", action="store_true", help="no UI: replay to the end, print the transitions")
+
+    history = sub.add_parser("history", help="what happened: transitions, verdicts, restarts, probes, flaps")
+    history.add_argument("name", nargs="?", metavar="NAME", help="one instance (default: all)")
+    history.add_argument("--since", default="2h", help="how far back: 90s, 30m, 2h, 7d (default 2h)")
+    history.add_argument("--json", action="store_true", help="machine-readable output")
 
     sub.add_parser("agent", help="run the agent here (JSON lines on stdout); agent options follow", add_help=False)
     return parser

@@ -37,6 +37,9 @@ def dispatch(args: argparse.Namespace) -> int:
         "status": cmd_status,
         "diagnose": cmd_diagnose,
         "restart": cmd_restart,
+        "serve": cmd_serve,
+        "replay": cmd_replay,
+        "history": cmd_history,
     }
     try:
         return handlers[args.command](args)
@@ -53,9 +56,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     fleet = _load(args)
     from console.app import FleetApp
 
-    controller = FleetController(fleet, read_only=args.read_only)
-    FleetApp(controller, theme=args.theme, bell=args.bell).run()
+    from console.serve import tui_controller  # history, alerts, and --metrics-port / --record when asked
+
+    try:
+        controller = tui_controller(args, fleet, read_only=args.read_only)
+    except ValueError as exc:
+        return fail(str(exc))
+    app = FleetApp(controller, theme=args.theme, bell=args.bell)
+    controller.monitoring.bell = app.bell  # for alert rules with bell = true
+    app.run()
     return 0
+
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -64,6 +75,27 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from console.demo.fleet import run_demo
 
     return run_demo(args)
+
+
+# -- monitoring (console/serve.py, record.py, history.py) ------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from console.serve import run_serve
+
+    return run_serve(args)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from console.record import run_replay
+
+    return run_replay(args)
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from console.history import run_history
+
+    return run_history(args)
 
 
 # -- one-shot -------------------------------------------------------------------------------------

@@ -30,11 +30,11 @@ from console.inventory.records import (
     ProbeSpec,
     SignatureSpec,
 )
-from console.inventory.schema import BenchmarkRow, FleetFile, ImportRow, InstanceRow
+from console.inventory.schema import AlertSpec, BenchmarkRow, FleetFile, ImportRow, InstanceRow
 
 DEFAULT_FLEET_PATHS = ("fleet.toml", "~/.config/fleet-console/fleet.toml")
 VASTAI_COMMAND = ("vastai", "show", "instances", "--raw")
-_ARRAYS = {"instance", "probe", "signature", "import"}
+_ARRAYS = {"instance", "probe", "signature", "import", "alert"}
 _INSTANCE_FIELDS = set(Instance.__dataclass_fields__) - {"benchmark", "agent_extra", "source"}
 _LISTS = ("tags", "logs", "watch_dirs", "jump")
 
@@ -304,13 +304,16 @@ class _Builder:
         for i, imp in enumerate(doc.imports):
             instances.extend(self.imported(imp, ["import", i], bench, imports))
         self.unique(instances)
-        return Fleet(
+        fleet = Fleet(
             instances=instances,
             probes=self.probes(),
             source=str(path),
             signatures=self.signatures(),
             imports=imports,
         )
+        # Fleet has no alerts field yet (records.py): carried as an attribute, read by console.alerts.fleet_alerts
+        setattr(fleet, "alerts", self.alerts())  # noqa: B010
+        return fleet
 
     def imported(
         self, imp: ImportRow, comps: list[Any], bench: BenchmarkSpec, specs: list[ImportSpec]
@@ -380,6 +383,33 @@ class _Builder:
             out.append(SignatureSpec(code=row.code, severity=row.severity, pattern=row.pattern,
                                      explanation=row.explanation, label=row.label,
                                      source=f"{self.path}:{line}" if line else str(self.path)))
+        return out
+
+    def alerts(self) -> list[AlertSpec]:
+        out: list[AlertSpec] = []
+        seen: dict[str, int] = {}
+        for i, row in enumerate(self.doc.alert):
+            comps: list[Any] = ["alert", i]
+            who = f"alert {row.name!r}: "
+            if row.name in seen:
+                reason = f"duplicate alert name {row.name!r} (first is alert #{seen[row.name]})"
+                raise self.error([*comps, "name"], reason)
+            seen[row.name] = i + 1
+            statuses, verdicts = _strings(row.statuses), _strings(row.verdicts)  # type: ignore[arg-type]
+            if not statuses and not verdicts:
+                raise self.error(comps, f"{who}needs statuses = [...] or verdicts = [...] (what to alert on)")
+            webhooks = _strings(row.webhook)
+            if not webhooks and not row.bell:
+                raise self.error(comps, f"{who}needs webhook = \"http://...\" or bell = true (where to send it)")
+            line = self.lines.headers.get(("alert", i))
+            out.append(AlertSpec(
+                name=row.name, statuses=statuses, verdicts=verdicts, instances=_strings(row.instances),
+                tags=_strings(row.tags), for_seconds=float(row.for_ or 0.0),
+                repeat=float(row.repeat) if row.repeat is not None else AlertSpec.repeat,
+                webhooks=webhooks, bell=bool(row.bell), severity=row.severity or "warning",
+                send_resolved=row.send_resolved is not False, summary=row.summary or "",
+                source=f"{self.path}:{line}" if line else str(self.path),
+            ))
         return out
 
 

@@ -8,6 +8,7 @@ can be merged under each instance.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from msgspec import Meta, Struct, field
@@ -56,6 +57,13 @@ DESCRIPTIONS = {
     "probe": "[[probe]] tables",
     "signature": "[[signature]] tables",
     "import": "[[import]] tables",
+    "alert": "[[alert]] tables",
+    "statuses": "a status or a list of them: failed, unreachable, benchmark_down, stale, gpu_idle, connecting, ok",
+    "verdicts": "a verdict code or a list of them, like [\"oom\", \"benchmark_not_running\"]",
+    "instances": "a name pattern (\"vast-*\") or a list of them",
+    "webhook": "an http:// or https:// URL or a list of them",
+    "bell": "true or false (not a string)",
+    "send_resolved": "true or false (not a string)",
 }
 
 # Keys that exist, but not in the table they were written in: what to say instead of "did you mean".
@@ -135,6 +143,50 @@ class ImportRow(Struct, forbid_unknown_fields=True, omit_defaults=True):
     running_only: bool | None = None
 
 
+# -- [[alert]] (console/alerts.py evaluates them) ------------------------------------------------------
+StatusName = Literal["failed", "unreachable", "benchmark_down", "stale", "gpu_idle", "connecting", "ok"]
+AlertFor = Annotated[float, Meta(ge=0, le=86400, description="a number of seconds from 0 to 86400")]
+AlertRepeat = Annotated[float, Meta(ge=0, le=604800, description="a number of seconds from 0 (never) to 604800")]
+WebhookUrl = Annotated[
+    str, Meta(pattern=r"^https?://[^\s/?#]+[^\s]*$", max_length=2048, description="an http:// or https:// URL")
+]
+
+
+class AlertRow(Struct, forbid_unknown_fields=True, omit_defaults=True):
+    name: Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,99}$", description="a name like BenchmarkDown")]
+    statuses: StatusName | list[StatusName] | None = None
+    verdicts: Code | list[Code] | None = None
+    instances: Strings | None = None
+    tags: Strings | None = None
+    for_: AlertFor | None = field(default=None, name="for")
+    repeat: AlertRepeat | None = None
+    webhook: WebhookUrl | list[WebhookUrl] | None = None
+    bell: bool | None = None
+    severity: Literal["info", "warning", "error", "critical"] | None = None
+    send_resolved: bool | None = None
+    summary: NonEmpty | None = None
+
+
+@dataclass(frozen=True)
+class AlertSpec:
+    """A checked ``[[alert]]`` row: fire when a matching instance is in one of ``statuses`` (or its last verdict
+    is one of ``verdicts``) for ``for_seconds``; post to ``webhooks``, ring the bell, repeat every ``repeat``."""
+
+    name: str
+    statuses: tuple[str, ...] = ()
+    verdicts: tuple[str, ...] = ()
+    instances: tuple[str, ...] = ()  # fnmatch patterns on the instance name (empty: all)
+    tags: tuple[str, ...] = ()  # any of these tags (empty: all)
+    for_seconds: float = 0.0
+    repeat: float = 4 * 3600.0  # 0: never repeat while firing
+    webhooks: tuple[str, ...] = ()
+    bell: bool = False
+    severity: str = "warning"
+    send_resolved: bool = True
+    summary: str = ""
+    source: str = ""
+
+
 class FleetFile(Struct, forbid_unknown_fields=True, omit_defaults=True):
     defaults: HostRow | None = None
     benchmark: BenchmarkRow | None = None
@@ -142,6 +194,7 @@ class FleetFile(Struct, forbid_unknown_fields=True, omit_defaults=True):
     probe: list[ProbeRow] = field(default_factory=list)
     signature: list[SignatureRow] = field(default_factory=list)
     imports: list[ImportRow] = field(default_factory=list, name="import")
+    alert: list[AlertRow] = field(default_factory=list)
 
 
 TABLE_WORDS = {  # how a message names the table a key is in
@@ -152,4 +205,5 @@ TABLE_WORDS = {  # how a message names the table a key is in
     "ProbeRow": "probe",
     "SignatureRow": "signature",
     "ImportRow": "import",
+    "AlertRow": "alert",
 }
