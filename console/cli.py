@@ -39,7 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--instances", type=int, default=6, help="demo instances, 1 to 64 (default 6)")
     demo.add_argument("--read-only", action="store_true", help="disable restarts")
 
-    sub.add_parser("check", parents=[common], help="validate the fleet file; exit 2 with file:line on errors")
+    check = sub.add_parser("check", parents=[common], help="validate the fleet file; exit 2 with file:line on errors")
+    check.add_argument("--connect", action="store_true", help="also log in to every instance, in parallel")
+    check.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for the instances with --connect")
 
     status = sub.add_parser("status", parents=[common], help="connect to every instance and print its state")
     status.add_argument("--json", action="store_true", help="machine-readable output")

@@ -55,18 +55,16 @@ def dispatch(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     fleet = _load(args)
     from console.app import FleetApp
-
     from console.serve import tui_controller  # history, alerts, and --metrics-port / --record when asked
 
     try:
-        controller = tui_controller(args, fleet, read_only=args.read_only)
+        controller = tui_controller(args, fleet, read_only=args.read_only, watch=True)
     except ValueError as exc:
         return fail(str(exc))
     app = FleetApp(controller, theme=args.theme, bell=args.bell)
     controller.monitoring.bell = app.bell  # for alert rules with bell = true
     app.run()
     return 0
-
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -104,10 +102,41 @@ def cmd_history(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     fleet = _load(args)
     print(f"{fleet.source}: ok, {len(fleet.instances)} instances, {len(fleet.probes)} custom probes")
+    if getattr(args, "connect", False):
+        return asyncio.run(_check_connect(fleet, args.timeout))
     for inst in fleet.instances:
         tags = f"  [{', '.join(inst.tags)}]" if inst.tags else ""
         print(f"  {inst.name:<24} {inst.transport:<5} {inst.address}{tags}")
     return 0
+
+
+async def _check_connect(fleet: Fleet, timeout: float) -> int:
+    """Log in to every instance in parallel (starting nothing there): one line each, exit 1 unless all are ok."""
+    from console.link import SshLink
+    from console.status import LINK_LABELS
+
+    def ignore(*_: Any) -> None:
+        return None
+
+    async def one(inst: Any) -> tuple[str, str]:
+        if inst.transport == "local":
+            return "ok", "local (no SSH)"
+        try:
+            return await asyncio.wait_for(SshLink(inst, ignore, ignore).check_login(), timeout)
+        except TimeoutError:
+            return "unreachable", f"{inst.address}: no answer within {timeout:g} s"
+
+    controller = FleetController(fleet, read_only=True)
+    await controller.watch.start(watch_file=False)  # the imports' instances are checked too
+    await controller.watch.stop()
+    for line in controller.fleet_errors.values():
+        print(f"fleet-console: {line}", file=sys.stderr)
+    instances = list(controller.fleet.instances)
+    results = await asyncio.gather(*(one(inst) for inst in instances))
+    for inst, (status, detail) in zip(instances, results, strict=True):
+        label = "ok" if status == "ok" else LINK_LABELS.get(status, status)
+        print(f"  {inst.name:<24} {label:<17} {detail}")
+    return 0 if all(status == "ok" for status, _ in results) else 1
 
 
 async def _with_controller(fleet: Fleet, names: list[str] | None, read_only: bool, body: Any) -> int:
@@ -191,8 +220,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     fleet = _load(args)
 
     async def body(controller: FleetController) -> int:
-        names = [i.name for i in fleet.instances]
-        await asyncio.gather(*(_settle(controller, n, args.timeout) for n in names))
+        for line in controller.fleet_errors.values():
+            print(f"fleet-console: {line}", file=sys.stderr)
+        names = [i.name for i in controller.fleet.instances]  # with the instances the imports found
+        await asyncio.gather(*(controller.wait_settled(n, args.timeout) for n in names))
         controller.state.tick()
         rows = [status_row(controller, n) for n in names]
         if args.json:
@@ -204,19 +235,6 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0 if all(r["status"] == "ok" for r in rows) else 1
 
     return asyncio.run(_with_controller(fleet, None, True, body))
-
-
-async def _settle(controller: FleetController, name: str, timeout: float) -> None:
-    """Wait until the instance is connected and has sent a sample, or gave up."""
-    try:
-        await controller.wait_ready(name, timeout)
-    except ActionError:
-        return
-    inst = controller.state.get(name)
-    for _ in range(int(timeout * 10)):
-        if inst is None or inst.gpu_state or inst.procs:
-            return
-        await asyncio.sleep(0.1)
 
 
 def status_row(controller: FleetController, name: str) -> dict[str, Any]:

@@ -6,18 +6,21 @@ UI-free: the Textual app and the command line both drive the fleet through this 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any, NotRequired, TypedDict
 
+from console import fleet_watch
 from console.actions import BUILTIN_PROBES, ActionError, ProbeEntry, ReadOnlyError
 from console.agent.protocol import RestartResult
 from console.audit import AuditLog
 from console.inventory import Fleet, Instance
-from console.link import AgentLink, LinkError, make_link
+from console.link import AgentLink, LinkError, SshLink, make_link
+from console.link.base import FAILURES, PERMANENT
 from console.state import FleetState
 
 # Link statuses that waiting longer will not fix.
-HOPELESS = frozenset(("hostkey_mismatch", "auth_failed"))
+HOPELESS = PERMANENT
 TOAST_TAIL_LINES = 3  # of a dead start's log, in the app's notification
 
 
@@ -44,8 +47,15 @@ class FleetController:
         demo: bool = False,
         audit: AuditLog | None = None,
         state: FleetState | None = None,
+        watch: bool = False,
     ) -> None:
         self.fleet = fleet
+        self.watching = watch  # reload on file change and SIGHUP (the app); imports refresh either way
+        self.watch = fleet_watch.FleetWatch(self)
+        self.file_instances = list(fleet.instances)  # the fleet file's own; the rest come from imports
+        self.imported: dict[str, list[Instance]] = {}
+        self.fleet_errors: dict[str, str] = {}  # source -> one line (a failed import, a bad reload)
+        self.started = False
         self.read_only = read_only
         self.demo = demo
         self.audit = audit or AuditLog()
@@ -62,8 +72,12 @@ class FleetController:
                 link = make_link(inst, self.state.apply_frame, self.state.set_link_status)
                 self.links[inst.name] = link
                 link.start()
+        if names is None and not self.started:
+            self.started = True
+            await self.watch.start(self.watching)
 
     async def stop(self) -> None:
+        await self.watch.stop()
         links, self.links = list(self.links.values()), {}
         await asyncio.gather(*(link.stop() for link in links), return_exceptions=True)
 
@@ -82,6 +96,52 @@ class FleetController:
             except TimeoutError:
                 pass
         return link
+
+    async def wait_settled(self, name: str, timeout: float) -> None:
+        """Until the instance is connected and has sent a sample, or its first attempt failed (one-shot output)."""
+        link, inst = self._link(name), self.state.get(name)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and link.status not in FAILURES:
+            if link.status == "connected" and (inst is None or inst.gpu_state or inst.procs):
+                return
+            link.outcome_event.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(link.outcome_event.wait(), min(0.1, max(0.0, deadline - time.monotonic())))
+
+    async def reload(self) -> str:
+        """Re-read the fleet file and re-run its imports: added instances connect, removed ones disconnect,
+        unchanged ones keep their links and history. Returns one line; a bad file changes nothing."""
+        return await fleet_watch.reload(self)
+
+    async def refresh_imports(self, specs: list[Any] | None = None) -> None:
+        """Run the ``vastai``/``command`` imports now (all, or ``specs``) and apply what they list."""
+        await fleet_watch.refresh_imports(self, specs)
+
+    async def accept_host_key(self, name: str) -> str:
+        """Trust the unknown host key ``name`` offered (the operator confirmed): write it to the known_hosts
+        the instance uses (created 0600 in a 0700 directory if missing), audit it, reconnect. Returns one line.
+
+        ActionError when there is no unknown key, when the key changed (never accepted here), or when the
+        audit log or known_hosts cannot be written.
+        """
+        link = self._link(name)
+        offer = link.host_key_offer if isinstance(link, SshLink) else None
+        if offer is None or offer.changed:
+            raise ActionError(f"{name}: no unknown host key to accept ({link.status}: {link.detail})")
+        record = {"fingerprint": offer.fingerprint, "known_hosts": str(offer.known_hosts), "host": offer.host,
+                  "port": offer.port}
+        try:
+            self.audit.record(name, self._host(name), "accept_host_key", "requested", record)
+        except OSError as exc:
+            raise ActionError(f"{name}: not accepted: cannot write the audit log {self.audit.path}: {exc}") from None
+        try:
+            assert isinstance(link, SshLink)
+            link.accept_host_key()
+        except (LinkError, OSError) as exc:
+            self.audit.record(name, self._host(name), "accept_host_key", "failed", {**record, "error": str(exc)})
+            raise ActionError(f"{name}: host key not accepted: {exc}") from None
+        self.audit.record(name, self._host(name), "accept_host_key", "ok", record)
+        return f"{name}: accepted {offer.fingerprint} into {offer.known_hosts}; reconnecting"
 
     def _link(self, name: str) -> AgentLink:
         if name not in self.links:

@@ -63,7 +63,10 @@ LINK_CONNECTED: Final = "connected"
 LINK_LABELS: Final[dict[str, str]] = {
     "unreachable": "unreachable",
     "auth_failed": "auth failed",
-    "hostkey_mismatch": "host key mismatch",
+    "needs_action": "needs action",  # a local file or key to fix (the detail names it); not retried until reload
+    "hostkey_unknown": "unknown host key",  # the detail has its fingerprint; the operator may accept it
+    "hostkey_changed": "host key changed",  # refused; the detail has both fingerprints
+    "hostkey_mismatch": "host key mismatch",  # older name of hostkey_changed
     "agent_failed": "agent failed",
     "closed": "link closed",
 }

@@ -89,6 +89,18 @@ class Sshd:
         )
         self.proc: subprocess.Popen[bytes] | None = None
 
+    def authorize(self, public_key: bytes) -> None:
+        """Let one more key in (an OpenSSH public key line, e.g. a ``.pub`` file's bytes)."""
+        with (self.dir / "authorized_keys").open("ab") as fh:
+            fh.write(public_key.strip() + b"\n")
+
+    def deauthorize_all(self) -> None:
+        """Let no key in: every login is refused (an sshd whose authorized_keys lacks the client's key)."""
+        (self.dir / "authorized_keys").write_bytes(b"")
+
+    def known_hosts_line(self, key: asyncssh.SSHKey | None = None) -> str:
+        return f"[127.0.0.1]:{self.port} {(key or self.host_key).export_public_key().decode().strip()}\n"
+
     def write_known_hosts(self, key: asyncssh.SSHKey) -> None:
         line = f"[127.0.0.1]:{self.port} {key.export_public_key().decode().strip()}\n"
         self.known_hosts.write_text(line)
@@ -152,3 +164,48 @@ class Sshd:
                 found.append(child)
                 todo.append(child)
         return found
+
+
+class SshAgent:
+    """A real ``ssh-agent`` on its own socket; keys go in with the real ``ssh-add``.
+
+    ``env`` is what a shell that ran ``eval $(ssh-agent)`` would have (``SSH_AUTH_SOCK``).
+    """
+
+    def __init__(self, workdir: Path) -> None:
+        self.dir = workdir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.sock = self.dir / "agent.sock"
+        self.proc = subprocess.Popen(
+            ["ssh-agent", "-D", "-a", str(self.sock)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        deadline = time.monotonic() + 10
+        while not self.sock.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("ssh-agent did not start")
+            time.sleep(0.02)
+        self.env = {"SSH_AUTH_SOCK": str(self.sock)}
+
+    def add(self, key_path: Path, passphrase: str | None = None) -> None:
+        """``ssh-add KEY``; a passphrase is typed by an askpass script, as a desktop session would."""
+        env = {**os.environ, **self.env}
+        if passphrase is not None:
+            askpass = self.dir / "askpass.sh"
+            askpass.write_text(f"#!/bin/sh\necho '{passphrase}'\n")
+            askpass.chmod(0o700)
+            env.update(SSH_ASKPASS=str(askpass), SSH_ASKPASS_REQUIRE="force", DISPLAY=":0")
+        subprocess.run(["ssh-add", str(key_path)], env=env, check=True, capture_output=True,
+                       stdin=subprocess.DEVNULL, start_new_session=True, timeout=20)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+def keygen(path: Path, passphrase: str = "", comment: str = "test") -> bytes:
+    """A new ed25519 key pair from the real ``ssh-keygen``; returns the public key line."""
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-C", comment, "-f", str(path)],
+                   check=True, capture_output=True, stdin=subprocess.DEVNULL)
+    return path.with_name(path.name + ".pub").read_bytes()

@@ -41,9 +41,9 @@ async def test_changed_host_key_is_refused_with_a_clear_message(sshd: Sshd) -> N
     link = SshLink(ssh_instance(sshd), rec.on_frame, rec.on_status)
     link.start()
     try:
-        await rec.wait_for(lambda: rec.status_of("box1")[0] == "hostkey_mismatch", what="hostkey_mismatch")
+        await rec.wait_for(lambda: rec.status_of("box1")[0] == "hostkey_changed", what="hostkey_changed")
         detail = rec.status_of("box1")[1]
-        assert "HOST KEY MISMATCH" in detail and f"[127.0.0.1]:{sshd.port}" in detail
+        assert "HOST KEY CHANGED" in detail and f"[127.0.0.1]:{sshd.port}" in detail
         assert not rec.of_type("hello"), "no agent may run on a host whose key does not verify"
     finally:
         await link.stop()
@@ -56,7 +56,7 @@ async def test_unknown_host_is_refused_unless_accept_new_is_set(sshd: Sshd, tmp_
     link = SshLink(ssh_instance(sshd, known_hosts=str(empty)), rec.on_frame, rec.on_status)
     link.start()
     try:
-        await rec.wait_for(lambda: rec.status_of("box1")[0] == "hostkey_mismatch", what="refusal")
+        await rec.wait_for(lambda: rec.status_of("box1")[0] == "hostkey_unknown", what="refusal")
         assert "unknown host key" in rec.status_of("box1")[1]
     finally:
         await link.stop()

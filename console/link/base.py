@@ -26,6 +26,11 @@ from console.inventory import Instance
 FrameHandler = Callable[[str, dict[str, Any]], None]
 StatusHandler = Callable[[str, str, str], None]
 
+# Failures that retrying will not fix (a file to fix, a key to accept or add): the link retries them only
+# every few minutes, and at once after ``retry_now()`` (a reload, an accepted host key).
+PERMANENT = frozenset(("needs_action", "hostkey_unknown", "hostkey_changed", "hostkey_mismatch", "auth_failed"))
+FAILURES = frozenset(("unreachable", "agent_failed")) | PERMANENT
+
 HELLO_TIMEOUT = 30.0  # seconds from starting the agent to its hello
 SILENCE_TIMEOUT = 30.0  # no frame at all for this long: the session is dead, reconnect
 MAX_LINE = 16 * 1024 * 1024
@@ -90,7 +95,12 @@ class AgentLink:
         self._on_frame = on_frame
         self._on_status = on_status
         self.backoff = backoff or Backoff()
+        self.slow_backoff = Backoff(base=120.0, cap=900.0)  # for PERMANENT failures: minutes
         self.status, self.detail = "idle", ""
+        self.attempts = 0  # connection attempts that ended (connected or failed)
+        self.next_retry_at: float | None = None  # time.time() of the next attempt while failing
+        self._wake = asyncio.Event()
+        self.outcome_event = asyncio.Event()  # set once an attempt has ended: connected or failed
         self._session: Session | None = None
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._ids = itertools.count(1)
@@ -117,6 +127,17 @@ class AgentLink:
         await self._close_session()
         self._set_status("closed", "stopped")
 
+    def retry_now(self) -> None:
+        """Try again at once (after a reload or an accepted host key) and reset the backoff."""
+        self.backoff.reset()
+        self.slow_backoff.reset()
+        self._wake.set()
+
+    @property
+    def failed_permanently(self) -> bool:
+        """The last attempt failed in a way that waiting will not fix."""
+        return self.status in PERMANENT
+
     async def request(self, op: str, args: dict[str, Any] | None = None, timeout: float = 60.0) -> dict[str, Any]:
         """Send a request to the agent and wait for its ``result`` frame."""
         session = self._session
@@ -139,7 +160,8 @@ class AgentLink:
     # -- loop -----------------------------------------------------------------------------------
     async def _run(self) -> None:
         while not self._stopping:
-            self._set_status("connecting", self.instance.address)
+            if self.status not in FAILURES:  # a retry keeps showing the last failure until it knows better
+                self._set_status("connecting", self.instance.address)
             try:
                 await self._serve_session()
                 status, detail = "unreachable", "agent session ended"
@@ -153,9 +175,14 @@ class AgentLink:
                 await self._close_session()
             if self._stopping:
                 break
-            delay = self.backoff.next_delay()
-            self._set_status(status, f"{detail} (retry in {delay:.0f} s)")
-            await asyncio.sleep(delay)
+            delay = (self.slow_backoff if status in PERMANENT else self.backoff).next_delay()
+            self.next_retry_at = time.time() + delay
+            self.attempts += 1
+            self._set_status(status, detail)
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+            self.next_retry_at = None
 
     async def _serve_session(self) -> None:
         self._session = await self._open_session()
@@ -167,6 +194,8 @@ class AgentLink:
             raise SessionFailed("agent_failed", f"agent speaks protocol {hello.get('v')}, need {PROTOCOL_VERSION}")
         self._deliver(hello)
         self.backoff.reset()
+        self.slow_backoff.reset()
+        self.attempts += 1
         detail = getattr(self._session, "status_detail", None)  # an agentless session says why it is one
         self._set_status("connected", detail or f"agent {hello.get('agent_version')} pid {hello.get('pid')}")
         while not self._stopping:  # also ends a session whose cancellation got lost (wait_for with a ready line)
@@ -205,6 +234,8 @@ class AgentLink:
 
     def _set_status(self, status: str, detail: str) -> None:
         self.status, self.detail = status, detail
+        if status == "connected" or status in FAILURES:
+            self.outcome_event.set()
         if status == "connected":
             self.connected_event.set()
         else:

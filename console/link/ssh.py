@@ -1,9 +1,11 @@
 """``SshLink``: the agent on a remote instance, over one asyncssh connection.
 
-Host keys are checked against known_hosts (``accept_new_host_key``: trust on first use for that host only;
-a changed key is always refused). One probe first asks whether the instance's python is there and 3.8+ and
-whether this agent version is uploaded; the zipapp is uploaded once (named by its hash) and run. A host
-without a usable python3 gets an agentless session on the same connection instead
+Where to connect and with which keys comes from ``auth.py`` (``~/.ssh/config``, ssh-agent, jump hosts);
+host keys are checked against known_hosts (``hostkeys.py``): an unknown key is ``hostkey_unknown`` with
+its fingerprint, and can be accepted (``accept_host_key``, or ``accept_new_host_key``: trust on first use);
+a changed key is ``hostkey_changed``, always refused. One probe first asks whether the instance's python
+is there and 3.8+ and whether this agent version is uploaded; the zipapp is uploaded once (named by its
+hash) and run. A host without a usable python3 gets an agentless session on the same connection instead
 (``console.agentless.session``). ``run_command`` runs on its own exec channel (``exec.py``).
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import shlex
 from pathlib import Path
@@ -22,8 +25,10 @@ from console.agent import config as agent_config
 from console.agentless import host as agentless_host
 from console.agentless import session as agentless_session  # imports link.base/exec only (never this module)
 from console.bundle import agent_bundle
+from console.link import auth
 from console.link.base import AgentLink, CommandResult, LinkError, Session, SessionFailed, StderrTail
 from console.link.exec import exec_command, failure_reason
+from console.link.hostkeys import HostKeyClient, HostKeyOffer, append_known_host, fingerprint
 
 REMOTE_DIR = ".cache/fleet-console"
 
@@ -56,81 +61,118 @@ class _SshSession:
             await asyncio.wait_for(self.conn.wait_closed(), 5)
 
 
-class _AcceptNewClient(asyncssh.SSHClient):
-    """accept-new: trust a host that known_hosts does not list yet and record its key there."""
-
-    def __init__(self, known_hosts: Path, alias: str) -> None:
-        self.known_hosts, self.alias = known_hosts, alias
-
-    def validate_host_public_key(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
-        if _known_host_keys(self.known_hosts, host, addr, port):
-            return False  # listed with another key: never silently replace it
-        self.known_hosts.parent.mkdir(parents=True, exist_ok=True)
-        with self.known_hosts.open("a", encoding="utf-8") as fh:
-            fh.write(f"{self.alias} {key.export_public_key().decode().strip()}\n")
-        return True
-
-
-def _known_host_keys(path: Path, host: str, addr: str, port: int) -> list[Any]:
-    try:
-        known = asyncssh.read_known_hosts(str(path))
-    except (OSError, ValueError):
-        return []
-    keys: list[Any] = []
-    for part in known.match(host, addr, port)[:2]:
-        keys.extend(part)
-    return keys
-
-
 class SshLink(AgentLink):
     """The agent on a remote instance, over one asyncssh connection."""
 
-    def __init__(self, *args: Any, connect_timeout: float = 15.0, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, connect_timeout: float | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.connect_timeout = connect_timeout
+        self.connect_timeout = connect_timeout  # None: the instance's, else ~/.ssh/config's, else 15 s
         self._conn: asyncssh.SSHClientConnection | None = None
+        self.host_key_offer: HostKeyOffer | None = None  # an unknown key the operator may accept
 
     @property
     def known_hosts_path(self) -> Path:
+        """The instance's own known_hosts (fleet file), else ~/.ssh/known_hosts (before ~/.ssh/config)."""
         return Path(self.instance.known_hosts or "~/.ssh/known_hosts").expanduser()
 
-    def _host_alias(self) -> str:
-        inst = self.instance
-        return inst.host if inst.port == 22 else f"[{inst.host}]:{inst.port}"
+    def accept_host_key(self) -> HostKeyOffer:
+        """Trust the unknown key the host offered last: write it to known_hosts, then reconnect at once.
+
+        Raises LinkError when there is none to accept, or when the key changed (never accepted here),
+        and OSError when known_hosts cannot be written.
+        """
+        offer = self.host_key_offer
+        if offer is None:
+            raise LinkError(f"{self.name}: no unknown host key to accept ({self.status}: {self.detail})")
+        if offer.changed:
+            raise LinkError(f"{self.name}: refused: {offer.describe()}")
+        append_known_host(offer.known_hosts, offer.host, offer.port, offer.key)
+        self.host_key_offer = None
+        self.retry_now()
+        return offer
 
     async def _connect(self) -> asyncssh.SSHClientConnection:
-        inst = self.instance
-        options: dict[str, Any] = {
-            "host": inst.host,
-            "port": inst.port,
-            "username": inst.user,
-            "known_hosts": str(self.known_hosts_path),
-            "keepalive_interval": 10,
-            "keepalive_count_max": 3,
-            "connect_timeout": self.connect_timeout,
-            "config": [],
-            "agent_path": None,
-        }
-        if inst.key:
-            options["client_keys"] = [str(Path(inst.key).expanduser())]
-        if inst.accept_new_host_key:
-            options["client_factory"] = lambda: _AcceptNewClient(self.known_hosts_path, self._host_alias())
+        """Connect through every hop (jump hosts first); each hop's failure names that hop."""
         try:
-            return await asyncssh.connect(**options)
-        except asyncssh.HostKeyNotVerifiable:
-            listed = _known_host_keys(self.known_hosts_path, inst.host, inst.host, inst.port)
-            if listed:
-                why = f"HOST KEY MISMATCH for {self._host_alias()}: the key differs from {self.known_hosts_path}"
-            else:
-                why = (f"unknown host key for {self._host_alias()}: not in {self.known_hosts_path} "
-                       "(verify and add it, or set accept_new_host_key = true for this instance)")
-            raise SessionFailed("hostkey_mismatch", why) from None
-        except asyncssh.PermissionDenied as exc:
-            raise SessionFailed("auth_failed", f"{inst.address}: permission denied ({exc.reason})") from None
+            targets = await auth.resolve(self.instance)
+        except auth.NeedsAction as exc:
+            raise SessionFailed("needs_action", str(exc)) from None
+        conn: asyncssh.SSHClientConnection | None = None
+        for target in targets:
+            if self.connect_timeout is not None and self.instance.connect_timeout is None:
+                target.options["connect_timeout"] = self.connect_timeout
+            try:
+                nxt = await self._connect_hop(target, conn)
+            except BaseException:
+                if conn is not None:
+                    conn.close()
+                raise
+            if conn is not None:
+                nxt.set_tunnel(conn)  # closing the last hop closes the chain, as asyncssh's own ProxyJump does
+            conn = nxt
+        assert conn is not None
+        return conn
+
+    async def _connect_hop(
+        self, target: auth.Target, tunnel: asyncssh.SSHClientConnection | None
+    ) -> asyncssh.SSHClientConnection:
+        path = target.known_hosts
+        missing = not path.exists()
+        if not missing and not os.access(path, os.R_OK):
+            raise SessionFailed("needs_action", f"{target.label}: cannot read {path}: check its owner and mode")
+        client = HostKeyClient(path, target.accept_new)
+        known: Any = asyncssh.import_known_hosts("") if missing else str(path)
+        try:
+            conn = await asyncssh.connect(
+                target.host, tunnel=tunnel, known_hosts=known, client_factory=lambda: client, **target.options
+            )
+        except asyncssh.HostKeyNotVerifiable as exc:
+            raise self._host_key_failure(target, client, missing, str(exc)) from None
+        except asyncssh.PermissionDenied:
+            status, detail = await auth.explain_auth_failure(target)
+            raise SessionFailed(status, detail) from None
         except (asyncssh.Error, OSError, TimeoutError) as exc:
-            raise SessionFailed("unreachable", f"{inst.address}: {failure_reason(exc)}") from None
-        except (ValueError, KeyError) as exc:  # unreadable key file and the like
-            raise SessionFailed("auth_failed", f"{inst.address}: {exc}") from None
+            if isinstance(exc, OSError) and exc.filename:  # a local file asyncssh could not read
+                raise SessionFailed("needs_action", f"{target.label}: cannot read {exc.filename}: "
+                                                    f"{exc.strerror}") from None
+            raise SessionFailed("unreachable", f"{target.label}: {failure_reason(exc)}") from None
+        except (ValueError, KeyError) as exc:  # a key or config value asyncssh could not use
+            raise SessionFailed("needs_action", f"{target.label}: {exc}") from None
+        if client.accepted:
+            self.host_key_offer = None
+        return conn
+
+    def _host_key_failure(self, target: auth.Target, client: HostKeyClient, missing: bool, why: str) -> SessionFailed:
+        offer = client.offer
+        if offer is None:  # a revoked key or a certificate asyncssh refused before asking
+            return SessionFailed("hostkey_changed", f"{target.label}: {why}")
+        self.host_key_offer = None if offer.changed else offer
+        where = f"{target.label}: " if target.label.startswith("jump host") else ""  # the offer names the host
+        if offer.changed:
+            return SessionFailed("hostkey_changed", where + offer.describe())
+        if target.accept_new:  # trust on first use failed: the file could not be written
+            return SessionFailed("needs_action", f"{where}cannot write {offer.known_hosts}: check the directory "
+                                                 "and its mode")
+        if missing:
+            return SessionFailed("needs_action", (
+                f"{where}known_hosts file {offer.known_hosts} does not exist; the host offers {offer.fingerprint}: "
+                "verify it and accept it in the instance screen (creates the file), or set accept_new_host_key = true"))
+        return SessionFailed("hostkey_unknown", where + offer.describe())
+
+    async def check_login(self) -> tuple[str, str]:
+        """Log in once and out again, starting nothing: ``("ok", how)`` or a failure ``(status, detail)``."""
+        try:
+            conn = await self._connect()
+        except SessionFailed as exc:
+            return exc.status, exc.detail
+        try:
+            key = conn.get_server_host_key()
+            how = f"{conn.get_extra_info('username')}@{self.instance.host}" + (f" ({fingerprint(key)})" if key else "")
+        finally:
+            conn.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.wait_closed(), 5)
+        return "ok", how
 
     async def _probe_host(self, conn: asyncssh.SSHClientConnection) -> agentless_host.HostProbe:
         """Is the instance's python there and 3.8+, and the agent uploaded? (python "unknown": no answer)."""
