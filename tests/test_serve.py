@@ -1,0 +1,182 @@
+"""``serve`` and the exporter: /metrics scraped over HTTP from a monitored controller on a real sshd fleet
+(simulated GPUs at the NVML boundary, a real benchmark process) and from ``fleet-console serve --demo`` as a
+subprocess, values checked against the fleet state; SIGTERM ends serve cleanly with one-line logs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from console.inventory import BenchmarkSpec, Fleet
+from console.serve import MonitoredController, Monitoring
+from tests.conftest import ssh_instance
+from tests.sshd import Sshd
+
+ROOT = Path(__file__).resolve().parents[1]
+MIB = 1024 * 1024
+
+
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """name+labels -> value for every sample of one scrape."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        assert response.status == 200
+        text = response.read().decode()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def pick(samples: dict, metric: str, **labels: str) -> list[float]:
+    want = set(labels.items())
+    return [v for (n, ls), v in samples.items() if n == metric and want <= set(ls)]
+
+
+@pytest.fixture
+def bench_process() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """A long-lived process the instance's benchmark patterns match (this host is the sshd's host)."""
+    token = f"fleet-obs-bench-{secrets.token_hex(4)}"
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", token])
+    try:
+        yield proc, token
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def simulated(pid: int) -> dict:
+    return {"gpu": {"simulate": {
+        "gpus": 2, "name": "NVIDIA GeForce RTX 3090", "mem_total_mib": 24576, "jitter": False,
+        "state": {"gpus": [{"load": 40, "mem_used_mib": 3000, "processes": [{"pid": pid, "mem_mib": 1000}]},
+                           {"load": 0, "mem_used_mib": 0}]},
+    }}}
+
+
+async def until(pred, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        await asyncio.sleep(0.1)
+
+
+async def test_metrics_on_an_sshd_fleet_match_the_state(sshd: Sshd, tmp_path: Path, bench_process) -> None:
+    proc, token = bench_process
+    inst = ssh_instance(sshd, "box1", tags=("obs", "rtx"), benchmark=BenchmarkSpec(match=(token,)),
+                        agent_extra=simulated(proc.pid))
+    down = ssh_instance(sshd, "gone", port=1, tags=("obs",))  # nothing listens on port 1
+    fleet = Fleet(instances=[inst, down], source="test")
+    monitoring = Monitoring(fleet, metrics=("127.0.0.1", 0), history=tmp_path / "history.sqlite3")
+    controller = MonitoredController(fleet, monitoring, read_only=True)
+    await controller.start()
+    try:
+        state = controller.state
+        box = state.instances["box1"]
+        await until(lambda: box.status == "ok" and len(box.gpus) == 2 and box.bench_running
+                    and state.instances["gone"].status == "unreachable")
+        await until(lambda: all(g.sample.get("procs") is not None for g in box.gpus.values()))
+        url = monitoring.server.url
+        samples = await asyncio.to_thread(scrape, url)
+
+        assert pick(samples, "fleet_instance_up", name="box1") == [1.0]
+        assert pick(samples, "fleet_instance_up", name="gone") == [0.0]
+        assert pick(samples, "fleet_instance_status", name="box1", status="ok") == [1.0]
+        assert pick(samples, "fleet_instance_status", name="gone", status="unreachable") == [1.0]
+        assert sum(pick(samples, "fleet_instance_status", name="box1")) == 1.0
+        assert pick(samples, "fleet_benchmark_up", name="box1") == [1.0]
+        assert pick(samples, "fleet_instance_up", name="box1", host="127.0.0.1", tags="obs,rtx") == [1.0]
+        age = pick(samples, "fleet_instance_data_age_seconds", name="box1")
+        assert len(age) == 1 and 0 <= age[0] < 10
+        for gpu in box.gpus.values():
+            labels = {"name": "box1", "gpu": str(gpu.index), "uuid": gpu.static["uuid"], "model": gpu.static["name"]}
+            assert pick(samples, "fleet_gpu_utilization_percent", **labels) == [float(gpu.util)]
+            assert pick(samples, "fleet_gpu_memory_used_bytes", **labels) == [float(gpu.sample["mem_used"])]
+            assert pick(samples, "fleet_gpu_memory_total_bytes", **labels) == [24576.0 * MIB]
+            assert pick(samples, "fleet_gpu_temperature_celsius", **labels) == [float(gpu.sample["temp"])]
+            assert pick(samples, "fleet_gpu_lost", **labels) == [0.0]
+        assert pick(samples, "fleet_gpu_utilization_percent", name="box1", gpu="0") == [40.0]
+        assert pick(samples, "fleet_process_gpu_memory_bytes", name="box1", gpu="0", pid=str(proc.pid)) == [
+            1000.0 * MIB]
+        assert pick(samples, "fleet_instances", status="ok") == [1.0]
+        assert pick(samples, "fleet_status_changes_total", name="gone", status="unreachable") == [1.0]
+
+        # the benchmark stops: the metrics follow the state at the next scrape
+        proc.kill()
+        proc.wait()
+        await until(lambda: box.status == "benchmark_down", timeout=30)
+        samples = await asyncio.to_thread(scrape, url)
+        assert pick(samples, "fleet_benchmark_up", name="box1") == [0.0]
+        assert pick(samples, "fleet_instance_status", name="box1", status="benchmark_down") == [1.0]
+        assert pick(samples, "fleet_process_gpu_memory_bytes", name="box1") == []
+    finally:
+        await controller.stop()
+    assert monitoring.server is not None and monitoring.server._server is None  # the port is closed
+
+
+def test_metrics_bound_to_loopback_by_default() -> None:
+    from console.serve import parse_bind
+
+    assert parse_bind(None, 9999, None) == ("127.0.0.1", 9999)
+    assert parse_bind("0.0.0.0", None, 9847) == ("0.0.0.0", 9847)
+    assert parse_bind(None, None, None) is None
+    with pytest.raises(ValueError):
+        parse_bind(None, 70000, None)
+
+
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ (INFO |WARNING|ERROR|DEBUG) \S.*$")
+
+
+def test_serve_demo_metrics_and_sigterm(tmp_path: Path) -> None:
+    """``serve --demo`` as a service runs it: scrape it, check against the demo's known shape, TERM it."""
+    env = dict(os.environ, FLEET_CONSOLE_STATE_DIR=str(tmp_path / "state"), PYTHONPATH=str(ROOT))
+    err = (tmp_path / "serve.err").open("w+")
+    proc = subprocess.Popen([sys.executable, "-m", "console", "serve", "--demo", "--instances", "2",
+                             "--metrics-port", "0", "--record", str(tmp_path / "rec.gz")],
+                            stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=tmp_path)
+    try:
+        url = None
+        deadline = time.monotonic() + 60
+        samples: dict = {}
+        while time.monotonic() < deadline:
+            text = (tmp_path / "serve.err").read_text()
+            m = re.search(r"metrics on (http://127\.0\.0\.1:\d+/metrics)", text)
+            if m:
+                url = m.group(1)
+                samples = scrape(url)
+                ups = pick(samples, "fleet_instance_up")
+                gpus = pick(samples, "fleet_gpu_utilization_percent")
+                if len(ups) == 2 and all(ups) and gpus:
+                    break
+            assert proc.poll() is None, text
+            time.sleep(0.5)
+        else:
+            pytest.fail("serve --demo never showed 2 instances up with GPUs:\n" + (tmp_path / "serve.err").read_text())
+        assert len(pick(samples, "fleet_instance_status")) == 2 * 7  # one series per status per instance
+        assert sum(pick(samples, "fleet_instance_status")) == 2.0
+        assert sum(pick(samples, "fleet_instances")) == 2.0
+        assert all(0 <= v <= 100 for v in pick(samples, "fleet_gpu_utilization_percent"))
+        assert pick(samples, "fleet_frames_total")[0] > 0
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lines = (tmp_path / "serve.err").read_text().splitlines()
+    assert lines and all(LOG_LINE.match(line) for line in lines), lines
+    assert lines[-1].endswith("INFO  stopped")
+    assert (tmp_path / "state" / "history.sqlite3").exists()
+    assert (tmp_path / "rec.gz").stat().st_size > 0
