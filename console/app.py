@@ -54,6 +54,7 @@ class FleetApp(App):
         Binding("r", "restart", "Restart"),
         Binding("p", "probe", "Probes"),
         Binding("t", "cycle_theme", "Theme"),
+        Binding("R", "reload", "Reload"),
         Binding("escape", "clear", "Clear", show=False),
     ]
 
@@ -261,6 +262,14 @@ class FleetApp(App):
         self.theme = name
         save_settings(theme=name)
         self.notify("theme: %s" % name, timeout=2)
+
+    def action_reload(self) -> None:
+        """Re-read the fleet file and re-run its imports (the controller keeps unchanged instances as they are)."""
+        self.run_worker(self._reload(), group="reload", exclusive=True)
+
+    async def _reload(self) -> None:
+        message = await self.controller.reload()
+        self.notify(message, severity="error" if "not reloaded" in message else "information", timeout=6)
 
     def action_diagnose(self) -> None:
         names = self.targets()
