@@ -18,6 +18,7 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Set, Tuple, TypedDict, cast
 
 from console.agent.config import STARTUP_GRACE_SECONDS as STARTUP_GRACE  # the diagnosis's grace too
+from console.agent.procmatch import matches_program
 from console.agent.protocol import (
     DiagnosisResult,
     ErrorFrame,
@@ -561,16 +562,10 @@ def _on_procs(inst: InstanceState, raw: Frame, now: float) -> None:
         for pid in frame.get("gone") or ():
             procs.pop(pid, None)
     inst.procs_version += 1
-    if inst.bench_patterns:
-        inst.bench_running = any(
-            p.search(rec.get("cmdline") or rec.get("name") or "") for rec in procs.values() for p in inst.bench_patterns
-        )
+    if inst.bench_patterns:  # the agent's one matching rule: the program, never its arguments
+        inst.bench_running = any(matches_program(rec, inst.bench_patterns) for rec in procs.values())
     if inst.entry_patterns:
-        starts = [
-            float(rec.get("start") or 0.0)
-            for rec in procs.values()
-            if any(p.search(rec.get("cmdline") or rec.get("name") or "") for p in inst.entry_patterns)
-        ]
+        starts = [float(rec.get("start") or 0.0) for rec in procs.values() if matches_program(rec, inst.entry_patterns)]
         inst.entry_started = max(starts) if starts else None
         if inst.bench_running:
             inst.bench_seen_under = inst.entry_started  # this entrypoint got as far as the benchmark

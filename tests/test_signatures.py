@@ -67,6 +67,36 @@ CASES = [
     ("ModuleNotFoundError: No module named 'torch'", "command_not_found"),
     ("Error: Os { code: 98, kind: AddrInUse, message: \"Address already in use\" }", "address_in_use"),
     ('status: DeadlineExceeded, message: "Timeout expired"', "timeout"),
+    # new classes (issue 11), in the real programs' wording
+    ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
+     "NVIDIA driver is installed and running.", "no_gpu_driver"),
+    ("RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU", "no_gpu_driver"),
+    ("Failed to initialize NVML: Driver/library version mismatch", "driver_mismatch"),
+    ("RuntimeError: The NVIDIA driver on your system is too old (found version 11040).", "driver_mismatch"),
+    ("CUDA error: 35 (0x23) cudaErrorInsufficientDriver : CUDA driver version is insufficient for CUDA runtime "
+     "version", "driver_mismatch"),
+    ("NVRM: Xid (PCI:0000:07:00): 48, pid=2134, name=python3, An uncorrectable double bit error (DBE) has been "
+     "detected on GPU in the framebuffer at partition 6, subpartition 0.", "gpu_ecc"),
+    ("RuntimeError: CUDA error: uncorrectable ECC error encountered", "gpu_ecc"),
+    ("ae05277d311f:9292:9355 [0] misc/shmutils.cc:112 NCCL WARN Error while creating shared memory segment "
+     "/dev/shm/nccl-KWfVyt (size 5967872)", "shm_exhausted"),
+    ("ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
+     "shm_exhausted"),
+    ("[rank1]:[E1002 18:16:40.662329700 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation "
+     "timeout: WorkNCCL(SeqNum=2521, OpType=ALLREDUCE, NumelIn=160672064, NumelOut=160672064, Timeout(ms)=600000) "
+     "ran for 600000 milliseconds before timing out.", "nccl_timeout"),
+    ("PermissionError: [Errno 13] Permission denied: '/workspace/checkpoints/checkpoint-500'", "permission_denied"),
+    ("    1: Permission denied (os error 13)", "permission_denied"),
+    ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", "child_failed"),
+    ("[setup] benchmark exited with status 2", "child_failed"),
+    ("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 35533.34 MiB on device 0: cudaMalloc failed: "
+     "out of memory", "cuda_oom"),
+    ("ERROR 11-18 18:07:28 engine.py:366] ValueError: No available memory for the cache blocks. Try increasing "
+     "`gpu_memory_utilization` when initializing the engine.", "cuda_oom"),
+    ("huggingface_hub.errors.GatedRepoError: 401 Client Error. (Request ID: Root=1-66f4b037)", "download_failed"),
+    ("2024-08-21 09:07:15 ERROR 403: Forbidden.", "download_failed"),
+    ("2019-10-18T02:12:01.429Z\tWARN\tmain\tlotus-storage-miner/main.go:71\tfetching proof parameters: read tcp "
+     "172.17.0.3:53648->198.211.99.118:443: read: connection reset by peer", "download_failed"),
 ]
 
 HEALTHY = [
@@ -77,6 +107,7 @@ HEALTHY = [
     "proof 17/100 done in 41.2s",
     "######################################################################## 100.0%",
     "",
+    "ggml_cuda_host_malloc: failed to allocate 1024.00 MiB of pinned memory: out of memory",  # harmless noise
 ]
 
 
@@ -89,7 +120,26 @@ def test_signature_matches(text: str, code: str) -> None:
 
 @pytest.mark.parametrize("text", HEALTHY)
 def test_healthy_lines_match_nothing(text: str) -> None:
-    assert match_line(text) is None
+    assert match_line(text) is None or signatures.is_harmless(text)
+
+
+def test_harmless_and_completed_tables() -> None:
+    assert signatures.is_harmless("ae05277d311f:55932:55932 [0] NCCL INFO NET/Plugin: Plugin load returned 2 : "
+                                  "libnccl-net.so: cannot open shared object file: No such file or directory")
+    assert not signatures.is_harmless("RuntimeError: CUDA error: out of memory")
+    assert signatures.is_completion("benchmark finished: 10 proofs in 812.4s")
+    assert signatures.is_completion("build: 3f1ae2e3 (4651)")
+    assert not signatures.is_completion("build: 4651 (3f1ae2e3) with cc (Ubuntu 11.4.0) for x86_64-linux-gnu")
+    assert not signatures.is_completion("[setup] benchmark exited with status 137")
+
+
+def test_custom_signatures_come_first() -> None:
+    rows = signatures.compile_custom([{"code": "license_expired", "severity": "error", "pattern": r"licen[cs]e",
+                                       "explanation": "the prover's license expired"},
+                                      {"code": "bad", "pattern": "(("}])
+    assert [r.code for r in rows] == ["license_expired"]
+    sig = match_line("Error: license check failed: No such file or directory", rows + SIGNATURES)
+    assert sig is not None and sig.code == "license_expired"
 
 
 def test_every_signature_has_a_case_and_table_shape() -> None:

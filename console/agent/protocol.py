@@ -170,10 +170,17 @@ class Evidence(TypedDict):
     text: str
 
 
-class Verdict(TypedDict):
+class _VerdictBase(TypedDict):
     code: str
     severity: Severity
     summary: str
+
+
+class Verdict(_VerdictBase, total=False):
+    label: str  # the code in words ("download stalled")
+    explanation: str  # what the code means, what to do
+    brief: str  # one short line for the grid ("download stalled at 37.2 % for 6m")
+    followed_by: List[str]  # the codes of the current findings this verdict explains (its symptoms)
 
 
 class _FindingBase(TypedDict):
@@ -185,6 +192,8 @@ class _FindingBase(TypedDict):
 
 class Finding(_FindingBase, total=False):
     explanation: str
+    caused_by: str  # the verdict's code, on a symptom it explains
+    time: float  # when it happened (estimated, the host's epoch seconds); absent for a present state
 
 
 class Step(TypedDict):

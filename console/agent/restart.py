@@ -22,6 +22,7 @@ import time
 from typing import Any, Dict, List, Optional, Set
 
 from .config import DEFAULTS, AgentConfig, BenchmarkConfig, compile_patterns, plain
+from .procmatch import matches_program
 from .protocol import RestartResult, Started, StopResult
 from .signatures import read_tail
 
@@ -88,7 +89,7 @@ def _pgid(pid: int) -> Optional[int]:
 
 
 def find_targets(config: AgentConfig, processes: Optional[List[Dict[str, Any]]] = None) -> List[Dict[str, Any]]:
-    """Live processes whose command line matches ``benchmark.match`` or ``benchmark.entrypoint``."""
+    """Live processes whose program matches ``benchmark.match`` or ``benchmark.entrypoint``."""
     bench = config.get("benchmark") or DEFAULTS["benchmark"]
     pats = compile_patterns(bench.get("match")) + compile_patterns(bench.get("entrypoint"))
     if not pats:
@@ -103,8 +104,7 @@ def find_targets(config: AgentConfig, processes: Optional[List[Dict[str, Any]]] 
         pid = int(rec["pid"])
         if pid in protected or (rec.get("state") or "S") in ("Z", "X"):
             continue
-        cmd = rec.get("cmdline") or rec.get("name") or ""
-        if any(p.search(cmd) for p in pats):
+        if matches_program(rec, pats):  # the program, never its arguments (procmatch.py)
             out.append(rec)
     return out
 

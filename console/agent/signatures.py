@@ -1,18 +1,24 @@
-"""Known failure signatures: one data table, matched line by line.
+"""Known failure signatures: data tables, matched line by line.
 
-A new signature is one more row in ``SIGNATURES``. Rows are tried in order and the first match wins,
-so specific rows (``cuda_oom``) come before general ones (``cuda_error``). ``download_stalled`` is not
-here: it is found by logic (a progress bar that stopped moving), see ``console.agent.diagnose``.
+``SIGNATURES``: a new failure wording is one more row. Rows are tried in order and the first match wins,
+so specific rows come before general ones (``cuda_oom`` before ``cuda_error``, a reset while fetching
+before ``transport_error``). The patterns follow the real programs' wording (PyTorch, NCCL, vLLM,
+llama.cpp/ggml, lotus, curl, wget, huggingface_hub, the NVIDIA driver and the kernel).
+``HARMLESS``: lines that look like failures but are known noise (never a finding).
+``COMPLETED``: lines that say a run ended well (the ``finished`` verdict).
+``[[signature]]`` rows of fleet.toml come in through ``compile_custom`` and are tried before the built-ins.
 
-Also here: reading the tail of a log efficiently, with ``\\r`` progress collapsed to its last state and
-line numbers that match the file's newline-numbered lines, and recognising progress lines.
+``download_stalled`` and ``hung`` are not here: they come from progress that stopped moving
+(``console.agent.diagnosis.progress``). Also here: reading the tail of a log efficiently, with ``\\r``
+progress collapsed to its last state (the repaints kept apart when asked) and line numbers that match
+the file's newline-numbered lines, and recognising progress-bar lines.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Pattern, Tuple
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Pattern, Sequence, Tuple
 
 
 class Signature(NamedTuple):
@@ -29,30 +35,70 @@ def _sig(code: str, severity: str, pattern: str, explanation: str, flags: int = 
 # fmt: off
 SIGNATURES: List[Signature] = [
     _sig("gpu_lost", "critical",
-         r"fallen off the bus|GPU is lost|NVRM: Xid \([^)]*\):\s*(?:48|74|79|92|94|95|119|120)\b"
-         r"|Unable to determine the device handle for GPU",
+         r"fallen off the bus|GPU is lost|NVRM: Xid \([^)]*\):\s*(?:74|79|119|120)\b"
+         r"|Unable to determine the device handle for GPU|GPU requires reset",
          "a GPU dropped off the PCIe bus or hit a fatal Xid; the host needs a reset/reboot"),
-    _sig("gpu_xid", "error", r"NVRM: Xid\b",
-         "the NVIDIA driver reported an Xid error (often an application fault on the GPU)"),
+    _sig("gpu_ecc", "critical",
+         r"NVRM: Xid \([^)]*\):\s*(?:48|63|64|92|94|95)\b|uncorrectable ECC error|ECC_UNCORRECTABLE"
+         r"|cudaErrorECCUncorrectable|double bit error|Row Remapper Error|row remapping failure"
+         r"|uncorrectable (?:ECC|memory) errors? (?:detected|encountered)",
+         "the GPU's memory has an uncorrectable ECC error / failed row remapping: reset the GPU, then replace it"),
+    _sig("no_gpu_driver", "critical",
+         r"couldn't communicate with the NVIDIA driver|Found no NVIDIA driver|NVML_ERROR_DRIVER_NOT_LOADED"
+         r"|Driver Not Loaded|NVIDIA driver is not loaded|no CUDA-capable device is detected|cudaErrorNoDevice"
+         r"|CUDA_ERROR_NO_DEVICE|nvidia-smi: (?:command )?not found",
+         "no usable NVIDIA driver: the kernel module is not loaded, or the container does not see the GPUs"),
+    _sig("driver_mismatch", "critical",
+         r"Driver/library version mismatch|NVRM: API mismatch|CUDA driver version is insufficient"
+         r"|cudaErrorInsufficientDriver|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH|driver on your system is too old"
+         r"|unsupported display driver / cuda driver combination"
+         r"|forward compatibility was attempted on non supported HW"
+         r"|CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE|PTX was compiled with an unsupported toolchain",
+         "the NVIDIA driver and the CUDA libraries disagree (driver too old for the runtime, or upgraded "
+         "under a loaded kernel module): update the driver or reboot, or use a build for this driver"),
     _sig("host_oom_kill", "critical",
          r"Out of memory: Kill(?:ed)? process|invoked oom-killer|\boom-kill\b|oom_reaper: reaped"
          r"|Memory cgroup out of memory",
          "the kernel OOM killer killed a process: the host ran out of RAM"),
+    _sig("shm_exhausted", "error",
+         r"insufficient shared memory \(shm\)|out of shared memory|Error while creating shared memory segment"
+         r"|failed to extend /dev/shm|/dev/shm\S*:? (?:No space left|is too small)|unable to write to file </torch_"
+         r"|NCCL WARN .*\bshm\b|shared memory limit",
+         "/dev/shm is too small (Docker's default is 64 MB): NCCL and DataLoader workers need it; "
+         "run the container with --shm-size or --ipc=host"),
+    _sig("disk_full", "critical", r"No space left on device|\bENOSPC\b|Disk quota exceeded|StorageFull",
+         "a filesystem is full"),
     _sig("cuda_oom", "error",
          r"CUDA out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUDA error: out of memory"
-         r"|out of memory on (?:device|GPU)|OutOfMemoryError: CUDA",
-         "GPU memory ran out (batch/partition too large for this GPU, or another process holds memory)"),
-    _sig("cuda_error", "error",
-         r"CUDA error|CUDA_ERROR_\w+|cudaError\w+|CUBLAS_STATUS_\w+|illegal memory access was encountered"
-         r"|NCCL (?:error|WARN)|CUDA driver version is insufficient",
-         "a CUDA call failed"),
-    _sig("disk_full", "critical", r"No space left on device|\bENOSPC\b|Disk quota exceeded",
-         "a filesystem is full"),
+         r"|out of memory on (?:device|GPU)|OutOfMemoryError: CUDA|cudaMalloc failed: out of memory"
+         r"|(?:failed|unable) to allocate CUDA\d* buffer|No available memory for the cache blocks"
+         r"|larger than the available KV cache memory|maximum number of tokens that can be stored in KV cache"
+         r"|Insufficient memory for the KV cache|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
+         r"|OOM when allocating tensor|RESOURCE_EXHAUSTED: Out of memory",
+         "GPU memory ran out (batch/model/context too large for this GPU, or another process holds memory)"),
+    _sig("nccl_timeout", "error",
+         r"Watchdog caught collective operation timeout|WorkNCCL\(.*\) ran for \d+ milliseconds before timing out"
+         r"|Some NCCL operations have failed or timed out|Watchdog hang detected|collective operation timeout"
+         r"|timed out in (?:blocking wait|store-based barrier)|Timed out initializing process group"
+         r"|NCCL (?:communicator|watchdog)\b.*\btim(?:ed|e) ?out",
+         "a NCCL collective did not complete in time (a rank died, hung or is far slower); NCCL's watchdog "
+         "took the job down"),
+    _sig("permission_denied", "error",
+         r"Permission denied|PermissionError|\bEACCES\b|kind: PermissionDenied|os error 13\b|Errno 13\b"
+         r"|Read-only file system|\bEROFS\b",
+         "a file or directory could not be opened or written (owner/mode, or a read-only mount)"),
+    _sig("address_in_use", "error", r"Address already in use|EADDRINUSE|errno: 98\b|Errno 98\b|AddrInUse",
+         "a port is still held (an old server or daemon is probably still running)"),
     _sig("download_failed", "error",
          r"curl: \(\d+\)|Failed to download|download failed|requested URL returned error: \d+"
          r"|HTTP(?:/[\d.]+)? (?:401|403|404|5\d\d)\b|\b(?:403 Forbidden|404 Not Found)\b"
-         r"|Could not resolve host|wget: unable to resolve",
-         "a download failed (network, DNS, or the URL is wrong/forbidden)"),
+         r"|Could not resolve host|wget: unable to resolve|\bERROR [45]\d\d: |Read error at byte \d+|Giving up\."
+         r"|GatedRepoError|Cannot access gated repo|access to it at https://huggingface\.co|is restricted and you are"
+         r"|RepositoryNotFoundError|Repository Not Found for url|RevisionNotFoundError|EntryNotFoundError"
+         r"|\b(?:401|403|404) Client Error|Max retries exceeded with url"
+         r"|(?:fetch|download)\w*\b.{0,160}(?:connection reset|reset by peer|unexpected EOF|broken pipe|timed out"
+         r"|i/o timeout|connection refused|no route to host)",
+         "a download failed (network, DNS, or the URL is wrong/forbidden/gated)"),
     _sig("transport_error", "error",
          r"broken pipe|transport error|connection reset|status: Unavailable|message length too large"
          r"|message too large|h2 protocol error|GOAWAY|error trying to connect|Connection refused"
@@ -60,40 +106,121 @@ SIGNATURES: List[Signature] = [
          "an RPC/HTTP2 connection broke (daemon died or closed the stream, or a request was too large)"),
     _sig("panic", "error", r"thread '[^']*' panicked at|^panic: |^fatal error: |goroutine \d+ \[running\]",
          "a Rust or Go program panicked", re.IGNORECASE | re.MULTILINE),
-    _sig("segfault", "error", r"Segmentation fault|segfault at|\bSIGSEGV\b|core dumped|Bus error",
+    _sig("segfault", "error",
+         r"Segmentation fault|segfault at|\bSIGSEGV\b|\bSIGBUS\b|^Bus error|exit (?:code|status) 139\b",
          "a process crashed with a memory fault"),
-    _sig("python_traceback", "error", r"Traceback \(most recent call last\):", "a Python exception"),
     _sig("killed", "error",
          r"^\s*Killed\s*$|line \d+:\s+\d+ Killed\b|signal: 9\b|\bSIGKILL\b|killed by signal 9"
-         r"|exit code 137\b",
+         r"|exit(?:ed with)? (?:code|status) 137\b|exitcode\s*:\s*-9\b",
          "a process was killed with SIGKILL (often the OOM killer or a timeout)"),
-    _sig("command_not_found", "error", r"command not found|No module named ",
-         "a command or module is not installed"),
-    _sig("address_in_use", "error", r"Address already in use|EADDRINUSE",
-         "a port is still held (an old daemon is probably still running)"),
+    _sig("cuda_error", "error",
+         r"CUDA error|CUDA_ERROR_\w+|cudaError\w+|CUBLAS_STATUS_\w+|illegal memory access was encountered"
+         r"|NCCL error|ncclSystemError|ncclUnhandledCudaError|ncclInternalError",
+         "a CUDA call failed"),
+    _sig("gpu_xid", "error", r"NVRM: Xid\b",
+         "the NVIDIA driver reported an Xid error (often an application fault on the GPU)"),
+    _sig("python_traceback", "error", r"Traceback \(most recent call last\):", "a Python exception"),
+    _sig("child_failed", "error",
+         r"ChildFailedError|^\s*\S+ FAILED\s*$|failed \(exitcode: -?\d+\) local_rank|Signal \d+ \(SIG\w+\) received"
+         r"|exit(?:ed with)? (?:code|status) [1-9]\d*\b|terminate called after throwing|Aborted \(core dumped\)"
+         r"|GGML_ASSERT|returned non-zero exit status|exited unexpectedly|failed to start\. See stack trace",
+         "a launcher or wrapper reported that a child failed (what the child printed is the cause)"),
+    _sig("command_not_found", "error",
+         r"command not found|No module named |error while loading shared libraries|cannot import name",
+         "a command, module or library is not installed"),
     _sig("timeout", "warning", r"deadline exceeded|DeadlineExceeded|timed out|\btimeout expired\b",
          "an operation timed out"),
     _sig("missing_input", "warning", r"\bnot found\b|No such file or directory|does not exist",
          "an input file or path was missing"),
 ]
+
+# Known-harmless lines: they look like failures but the program carries on (data only; one regex a row).
+HARMLESS: List[Pattern[str]] = [re.compile(p) for p in (
+    r"ggml_cuda_host_malloc: failed to allocate .* of pinned memory",  # llama.cpp falls back to pageable memory
+    r"NCCL INFO",  # NCCL_DEBUG=INFO chatter (a missing optional plugin, topology probing)
+    r"libnccl-net\.so|NET/Plugin ?: (?:No plugin found|Plugin load returned)",  # optional NCCL network plugin
+    r"Failed to import from vllm\._C with ModuleNotFoundError",  # vLLM warns, then uses its Python fallbacks
+    r"Could not load dynamic library '.*'; dlerror",  # TensorFlow's optional-library probing
+    r"\[c10d\] The client socket has failed to connect to .*\(errno: 111",  # torch retries until the store is up
+    r"huggingface/tokenizers: The current process just got forked",
+    r"TypedStorage is deprecated|FutureWarning|DeprecationWarning",
+)]
+
+# A run that ended well says so (the ``finished`` verdict, when nothing of the benchmark runs any more).
+COMPLETED: List[Pattern[str]] = [re.compile(p, re.IGNORECASE) for p in (
+    r"\bbenchmark (?:finished|completed?|done)\b",
+    r"\btraining (?:completed|finished)\b",
+    r"\b(?:finished|completed) successfully\b",
+    r"\bexited with (?:status|code) 0\b",
+    r"^build: [0-9a-f]{6,40} \(\d+\)\s*$",  # llama-bench's last line
+    r"^\*+ (?:train|eval) metrics \*+$",
+    r"^=+ (?:benchmark )?summary =+$",
+)]
 # fmt: on
 
 SIGNATURE_CODES = [s.code for s in SIGNATURES]
 
 
-def match_line(text: str) -> Optional[Signature]:
+def compile_custom(rows: Optional[Sequence[Any]]) -> List[Signature]:
+    """``[[signature]]`` rows (dicts: code, severity, pattern, explanation) as signatures; bad rows are skipped
+    (the console validated them with file:line errors already)."""
+    out: List[Signature] = []
+    for row in rows or ():
+        if not isinstance(row, dict):
+            continue
+        try:
+            out.append(_sig(str(row["code"]), str(row.get("severity") or "error"), str(row["pattern"]),
+                            str(row.get("explanation") or row["code"])))
+        except (KeyError, re.error):
+            continue
+    return out
+
+
+def is_harmless(text: str) -> bool:
+    return any(p.search(text) for p in HARMLESS)
+
+
+def is_completion(text: str) -> bool:
+    return any(p.search(text) for p in COMPLETED)
+
+
+def match_line(text: str, table: Optional[Sequence[Signature]] = None) -> Optional[Signature]:
     """The first signature that matches one line of text, or None."""
-    for sig in SIGNATURES:
+    for sig in SIGNATURES if table is None else table:
         if sig.pattern.search(text):
             return sig
     return None
 
 
-def scan_lines(lines: Iterable[str], path: str, first_line: int = 1) -> List[Dict[str, Any]]:
+# one regex of every row's pattern: most lines match none, and one search says so
+_ANY: Dict[int, Pattern[str]] = {}
+
+
+def _any_pattern(table: Sequence[Signature]) -> Optional[Pattern[str]]:
+    key = id(table)
+    rx = _ANY.get(key)
+    if rx is None:
+        try:
+            rx = re.compile("|".join("(?:%s)" % s.pattern.pattern for s in table), re.IGNORECASE | re.MULTILINE)
+        except re.error:
+            return None
+        if len(_ANY) > 16:
+            _ANY.clear()
+        _ANY[key] = rx
+    return rx
+
+
+def scan_lines(
+    lines: Iterable[str], path: str, first_line: int = 1, table: Optional[Sequence[Signature]] = None
+) -> List[Dict[str, Any]]:
     """Every line that matches a signature: ``{code, severity, explanation, path, line, text}``."""
+    rows = SIGNATURES if table is None else table
+    quick = _any_pattern(rows) if all(s.pattern.flags & re.IGNORECASE for s in rows) else None
     hits: List[Dict[str, Any]] = []
     for offset, text in enumerate(lines):
-        sig = match_line(text)
+        if quick is not None and not quick.search(text):
+            continue
+        sig = match_line(text, rows)
         if sig is not None:
             hits.append(
                 {
@@ -145,6 +272,8 @@ def collapse_cr(line: str) -> str:
     return parts[-1] if parts else ""
 
 
+MAX_REPAINTS = 2000  # the states of one repainted line kept for the progress analysis
+
 # path -> ((st_dev, st_ino), byte offset, newlines before it, the 64 bytes before it): repeated
 # diagnoses of a growing log only count the new part. A file truncated or replaced (other inode,
 # offset past the tail, other bytes before the offset) is counted again.
@@ -152,13 +281,19 @@ _NEWLINE_CACHE: Dict[str, Tuple[Tuple[int, int], int, int, bytes]] = {}
 
 
 def read_tail(
-    path: str, max_lines: int = 2000, max_bytes: int = 8 * 1024 * 1024, max_line_chars: int = 4096
+    path: str,
+    max_lines: int = 2000,
+    max_bytes: int = 8 * 1024 * 1024,
+    max_line_chars: int = 4096,
+    repaints: Optional[Dict[int, List[str]]] = None,
 ) -> Tuple[List[str], int]:
     """The last ``max_lines`` lines of a file and the 1-based number of the first one.
 
     Lines are numbered as the file's ``\\n``-separated lines (a final line without ``\\n`` counts);
     ``\\r`` progress within a line is collapsed to its last state. Only the end of the file is
-    decoded; the line number comes from counting newlines before it in 1 MiB chunks.
+    decoded; the line number comes from counting newlines before it in 1 MiB chunks. ``repaints``, when
+    given, receives for the last few lines that hold ``\\r`` repaints (a progress meter redrawn in place)
+    their states in order, by index into the returned lines: how a stalled meter is told from a moving one.
     """
     with open(path, "rb") as fh:
         fh.seek(0, os.SEEK_END)
@@ -209,4 +344,13 @@ def read_tail(
         fh.seek(max(0, end - 64))
         _NEWLINE_CACHE[path] = (key, end, newlines, fh.read(min(64, end)))
     lines = [collapse_cr(r.decode("utf-8", "replace"))[:max_line_chars] for r in raw]
+    if repaints is not None:
+        found = 0
+        for index in range(len(raw) - 1, max(-1, len(raw) - 50), -1):
+            if b"\r" in raw[index]:
+                states = [p for p in raw[index].decode("utf-8", "replace").split("\r") if p.strip()]
+                repaints[index] = [p[:400] for p in states[-MAX_REPAINTS:]]
+                found += 1
+                if found >= 3:
+                    break
     return lines, newlines + 1

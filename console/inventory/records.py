@@ -104,12 +104,23 @@ class Instance:
 
     def agent_config(self) -> dict[str, Any]:
         """The JSON config handed to this instance's agent."""
+        benchmark = self.benchmark.as_agent_config()
+        if self.benchmark.progress:  # the benchmark's own progress lines (diagnose: hung vs progressing)
+            benchmark["progress"] = self.benchmark.progress
         config: dict[str, Any] = {
             "interval": self.interval,
             "logs": list(self.logs),
             "watch_dirs": list(self.watch_dirs),
-            "benchmark": self.benchmark.as_agent_config(),
+            "benchmark": benchmark,
         }
+        # fleet.toml [[signature]] rows, tried by diagnose before its built-in table (carried by the
+        # instance as ``signatures`` when the loader attaches the fleet's rows to it)
+        rows = getattr(self, "signatures", None) or ()
+        if rows:
+            config["signatures"] = [
+                {"code": r.code, "severity": r.severity, "pattern": r.pattern, "explanation": r.explanation}
+                for r in rows
+            ]
         if self.stall_seconds is not None:
             config["stall_seconds"] = self.stall_seconds
         if self.heartbeat is not None:
