@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint bench incidents sshd-deps clean
+.PHONY: demo test lint bench incidents sshd-deps clean install
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,14 @@ incidents: $(STAMP) sshd-deps
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py
+
+## Put `fleet-console` on PATH: the venv's entry point, linked into $(PREFIX)/bin (default ~/.local/bin).
+PREFIX ?= $(HOME)/.local
+install: $(STAMP)
+	mkdir -p $(PREFIX)/bin
+	ln -sf $(abspath $(VENV))/bin/fleet-console $(PREFIX)/bin/fleet-console
+	@case ":$$PATH:" in *":$(PREFIX)/bin:"*) echo "fleet-console -> $(PREFIX)/bin/fleet-console";; \
+	  *) echo "fleet-console is in $(PREFIX)/bin, which is not on PATH: add  export PATH=\"$(PREFIX)/bin:\$$PATH\"  to ~/.bashrc";; esac
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache
