@@ -15,7 +15,8 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
-from console.state import FleetState, InstanceState, format_age
+from console.agent.timefmt import fmt_age as format_age
+from console.state import FleetState, InstanceState
 from console.status import STALE, badge
 
 from .gpu_panel import gpu_detail

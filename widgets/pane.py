@@ -14,7 +14,8 @@ from typing import Iterable, List, Optional
 from textual.strip import Strip
 
 from console.agent.protocol import ProcRecord
-from console.state import GpuState, InstanceState, format_age
+from console.agent.timefmt import fmt_age as format_age
+from console.state import GpuState, InstanceState
 from console.status import BENCHMARK_DOWN, CONNECTING, FAILED, STALE, UNREACHABLE, badge
 
 from .palette import Palette
