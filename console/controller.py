@@ -19,6 +19,10 @@ from console.link import AgentLink, LinkError, SshLink, make_link
 from console.link.base import FAILURES, PERMANENT
 from console.state import FleetState
 
+# Statuses that make the console diagnose an instance on its own (once on entering them, rate-limited).
+AUTO_TROUBLE = frozenset(("benchmark_down", "gpu_idle"))
+AUTO_DIAGNOSE_EVERY = 300.0  # seconds: at most one automatic diagnosis of an instance in this long
+AUTO_POLL = 1.0  # seconds between looks at the fleet state
 # Link statuses that waiting longer will not fix.
 HOPELESS = PERMANENT
 TOAST_TAIL_LINES = 3  # of a dead start's log, in the app's notification
@@ -63,6 +67,11 @@ class FleetController:
         for inst in fleet.instances:
             self.state.add_instance(inst)
         self.links: dict[str, AgentLink] = {}
+        self.auto_diagnose = True  # the grid shows the cause without a key press
+        self._auto_task: asyncio.Task[None] | None = None
+        self._auto_seen: dict[str, str] = {}  # name -> the status when last looked at
+        self._auto_last: dict[str, float] = {}  # name -> monotonic time of its last automatic diagnosis
+        self._host_locks: dict[str, asyncio.Lock] = {}  # one diagnosis in flight per host
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self, names: list[str] | None = None) -> None:
@@ -75,8 +84,14 @@ class FleetController:
         if names is None and not self.started:
             self.started = True
             await self.watch.start(self.watching)
+        if self.auto_diagnose and self._auto_task is None:
+            self._auto_task = asyncio.get_running_loop().create_task(self._auto_loop())
 
     async def stop(self) -> None:
+        task, self._auto_task = self._auto_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
         await self.watch.stop()
         links, self.links = list(self.links.values()), {}
         await asyncio.gather(*(link.stop() for link in links), return_exceptions=True)
@@ -166,10 +181,57 @@ class FleetController:
         return answer.get("data")
 
     async def diagnose(self, name: str, timeout: float = 90.0) -> dict[str, Any]:
-        """Run the agent's diagnosis; the result is also kept in the fleet state."""
-        data = await self._request(name, "diagnose", {}, timeout)
+        """Run the agent's diagnosis; the result is also kept in the fleet state (one at a time per host)."""
+        async with self._host_lock(name):
+            data = await self._request(name, "diagnose", {}, timeout)
         self.state.set_diagnosis(name, data)
         return data
+
+    # -- automatic diagnosis ----------------------------------------------------------------------------
+    def _host_lock(self, name: str) -> asyncio.Lock:
+        try:
+            host = self.fleet.get(name).address
+        except KeyError:
+            host = name
+        return self._host_locks.setdefault(host, asyncio.Lock())
+
+    def auto_candidates(self, now: float | None = None) -> list[str]:
+        """Instances that just entered trouble and may be diagnosed now: connected with an agent, not
+        diagnosed automatically within ``AUTO_DIAGNOSE_EVERY``, no diagnosis in flight on their host."""
+        now = time.monotonic() if now is None else now
+        out = []
+        for name, inst in self.state.instances.items():
+            before = self._auto_seen.get(name)
+            self._auto_seen[name] = inst.status
+            if inst.status not in AUTO_TROUBLE or before in AUTO_TROUBLE or before == "failed":
+                continue
+            if inst.link_status != "connected" or inst.agentless or name not in self.links:
+                continue
+            if now - self._auto_last.get(name, -AUTO_DIAGNOSE_EVERY) < AUTO_DIAGNOSE_EVERY:
+                continue
+            if self._host_lock(name).locked():
+                continue
+            out.append(name)
+        return out
+
+    async def _auto_one(self, name: str) -> None:
+        self._auto_last[name] = time.monotonic()
+        with contextlib.suppress(ActionError, asyncio.TimeoutError, LinkError):
+            await self.diagnose(name)
+
+    async def _auto_loop(self) -> None:
+        """Diagnose an instance once when it enters trouble: its pane then shows the verdict."""
+        running: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                for name in self.auto_candidates():
+                    task = asyncio.get_running_loop().create_task(self._auto_one(name))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                await asyncio.sleep(AUTO_POLL)
+        finally:
+            for task in list(running):
+                task.cancel()
 
     async def restart(self, names: list[str]) -> dict[str, RestartOutcome]:
         """Restart the benchmark on each instance (concurrently); every attempt is audited.

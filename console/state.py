@@ -271,10 +271,17 @@ class InstanceState:
         return bool(codes & BENCH_DOWN_CODES)
 
     def verdict_summary(self) -> str:
+        """The verdict in one short line (its ``brief`` when the agent gives one: "download stalled at 37.2 % for
+        6m"), for the pane's second line."""
         if not self.diagnosis:
             return ""
         verdict = self.diagnosis.get("verdict") or {}
-        return str(verdict.get("summary") or verdict.get("code") or "")
+        return str(verdict.get("brief") or verdict.get("summary") or verdict.get("code") or "")
+
+    def diagnosis_finished(self) -> bool:
+        """The last diagnosis found the run completed (a healthy end, not a benchmark that went down)."""
+        diag = self.diagnosis
+        return diag is not None and (diag.get("verdict") or {}).get("code") == "finished"
 
 
 def _derive(inst: InstanceState, now: float) -> Tuple[str, str]:
@@ -293,6 +300,8 @@ def _derive(inst: InstanceState, now: float) -> Tuple[str, str]:
         return "stale", "no data for %s" % format_age(now - since)
     if inst.diagnosis_bench_down():
         return "benchmark_down", inst.verdict_summary()
+    if inst.bench_running is False and inst.diagnosis_finished():
+        return "ok", inst.verdict_summary()
     if inst.bench_running is False:
         up = inst.entrypoint_age(now)
         if up is not None and up < STARTUP_GRACE:
@@ -563,7 +572,10 @@ def _on_procs(inst: InstanceState, raw: Frame, now: float) -> None:
             procs.pop(pid, None)
     inst.procs_version += 1
     if inst.bench_patterns:  # the agent's one matching rule: the program, never its arguments
+        was = inst.bench_running
         inst.bench_running = any(matches_program(rec, inst.bench_patterns) for rec in procs.values())
+        if inst.bench_running and was is False and inst.diagnosis is not None:
+            inst.diagnosis, inst.diagnosis_at = None, None  # it described a run that is gone: the benchmark is back
     if inst.entry_patterns:
         starts = [float(rec.get("start") or 0.0) for rec in procs.values() if matches_program(rec, inst.entry_patterns)]
         inst.entry_started = max(starts) if starts else None

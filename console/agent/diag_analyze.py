@@ -15,7 +15,7 @@ from . import diag_codes as codes
 from . import diag_rank as rank
 from . import signatures
 from .config import DEFAULTS
-from .diag_events import LOG_SLACK, SEVERITY_LEVEL, Episode, kernel_episodes, log_episodes
+from .diag_events import LOG_SLACK, SEVERITY_LEVEL, Episode, capped, kernel_episodes, level_cap, log_episodes
 from .diag_processes import Processes, benchmark_processes, entrypoint_tree
 from .diag_progress import LogProgress, compile_progress, log_progress
 from .diag_records import Item, Step, step
@@ -74,7 +74,7 @@ def read_progress(facts: Dict[str, Any], now: float, steps: List[Step]) -> Dict[
 
 def _stall_item(log: Dict[str, Any], prog: LogProgress, now: float) -> Item:
     lines, first = log["lines"], int(log.get("first_line") or 1)
-    idx = prog.index
+    idx = prog.at
     evidence: List[Evidence] = []
     for i in range(idx - 1, max(-1, idx - 20), -1):
         if DOWNLOADING_RE.search(lines[i]):
@@ -111,13 +111,13 @@ def stalls(facts: Dict[str, Any], progress: Dict[str, LogProgress], procs: Proce
         return
     log = logs[path]
     first = int(log.get("first_line") or 1)
-    line = log["lines"][prog.index]
+    line = log["lines"][prog.at]
     utils = [d.get("util") for d in ((facts.get("gpu") or {}).get("devices") or []) if d.get("util") is not None]
     gpus = "; GPUs at %s%%" % "/".join(str(u) for u in utils) if utils else ""
     summary = "hung: no progress for %s while %d benchmark process(es) are alive (last: %s)%s" % (
         fmt_age(prog.stuck_for), len(procs.bench), short(clean_message(line), 80), gpus)
-    items.append(Item("hung", "error", summary, [ev(path, first + prog.index, line)],
-                      time=now - prog.stuck_for, order=first + prog.index))
+    items.append(Item("hung", "error", summary, [ev(path, first + prog.at, line)],
+                      time=now - prog.stuck_for, order=first + prog.at))
 
 
 # -- step 5: signatures (events in time) ------------------------------------------------------------
@@ -149,7 +149,7 @@ def _download_resolution(ep: Episode) -> List[Evidence]:
     for i in range(start + 1, min(len(lines), start + 50)):
         text = lines[i]
         sig = signatures.match_line(text)
-        if sig is not None and sig.code in ("download_failed", "missing_input", "disk_full"):
+        if sig is not None and sig.code in ("missing_input", "disk_full"):  # a failed try may be retried
             return []
         if DOWNLOADING_RE.search(text) and not evidence:
             evidence.append(ev(log["path"], first + i, text))
@@ -234,10 +234,12 @@ def signature_findings(facts: Dict[str, Any], procs: Processes, progress: Dict[s
         primary = min(current or eps, key=lambda e: (e.time, e.order))
         evidence = [ev(h["path"], h["line"], h["text"]) for h in primary.hits[: MAX_EVIDENCE - 1]]
         evidence.extend(primary.follow)
-        for other in eps:
-            if other is not primary and len(evidence) < MAX_EVIDENCE + 2:
-                h = other.first
-                evidence.append(ev(h["path"], h["line"], h["text"]))
+        for other in eps:  # the other episodes: their first and last lines
+            if other is primary:
+                continue
+            for h in (other.hits[0], other.hits[-1]) if len(other.hits) > 1 else (other.hits[0],):
+                if len(evidence) < MAX_EVIDENCE + 4:
+                    evidence.append(ev(h["path"], h["line"], h["text"]))
         summary = _summary(primary)
         if len(eps) > 1:
             summary += " (%d occurrences)" % len(eps)
@@ -297,21 +299,21 @@ def completion(facts: Dict[str, Any], procs: Processes, items: List[Item], now: 
     found: List[Tuple[float, Dict[str, Any], int]] = []
     for log in facts.get("logs") or []:
         lines = log.get("lines") or []
+        timeline = Timeline(log, now)
         for i in range(len(lines) - 1, max(-1, len(lines) - 400), -1):
             text = lines[i]
+            sig = signatures.match_line(text) if text else None
+            if sig is not None and SEVERITY_LEVEL[capped(sig.severity, level_cap(text))] >= 2 \
+                    and not signatures.is_harmless(text):
+                break  # a failure after this point: what came before is not how the run ended
             if signatures.is_completion(text):
-                hit = True
+                done = True
             else:
                 sample = parse(text, bench_re) if text else None
-                hit = sample is not None and sample.kind == "steps" and sample.done and "/" in text \
+                done = sample is not None and sample.kind == "steps" and sample.done and "/" in text \
                     and "%|" not in text
-            if hit:
-                later = signatures.scan_lines(lines[i + 1:], log["path"])
-                if any(SEVERITY_LEVEL.get(h["severity"], 0) >= 2 and not signatures.is_harmless(h["text"])
-                       for h in later):
-                    break
-                found.append((Timeline(log, now).at(i), log, i))
-                break
+            if done:
+                found.append((timeline.at(i), log, i))
     if not found:
         return None
     done_at = max(t for t, _, _ in found)
@@ -327,9 +329,10 @@ def completion(facts: Dict[str, Any], procs: Processes, items: List[Item], now: 
                 item.code not in rank.STARTUP_SYMPTOMS:
             item.role, item.severity = "history", "info"
             item.summary = "before the run finished: " + item.summary
-    evidence = [ev(log["path"], int(log.get("first_line") or 1) + i, log["lines"][i]) for _, log, i in found]
-    last = max(found, key=lambda f: f[0])
-    text = clean_message(last[1]["lines"][last[2]])
+    found.sort(key=lambda f: (f[0], f[2]))
+    evidence = [ev(log["path"], int(log.get("first_line") or 1) + i, log["lines"][i]) for _, log, i in found[-6:]]
+    words = [clean_message(log["lines"][i]) for _, log, i in found]
+    text = next((w for w in reversed(words) if w[:1].isalnum()), words[-1])
     return Item("finished", "info", "finished: %s" % short(text, 140), evidence, time=done_at)
 
 

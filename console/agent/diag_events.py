@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Pattern, Sequence
 from . import diag_progress as progress
 from . import signatures
 from .diag_timeline import Timeline
+from .protocol import Evidence
 from .signatures import Signature
 
 SEVERITY_LEVEL = {"info": 0, "warning": 1, "error": 2, "critical": 3}
@@ -83,7 +84,7 @@ class Episode:
         self.time = 0.0
         self.stale = False
         self.recovered = False
-        self.follow: List[Dict[str, Any]] = []
+        self.follow: List[Evidence] = []
         self.order = order
         self.kernel = False
 

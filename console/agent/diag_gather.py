@@ -120,7 +120,7 @@ def gather(
     gpu_sampler: Any = None,
     now: Optional[float] = None,
     include_dmesg: bool = True,
-    processes: Optional[List[Dict[str, Any]]] = None,
+    processes: Optional[List[Any]] = None,
 ) -> Dict[str, Any]:
     """Collect the facts ``analyze`` needs from this host."""
     now = time.time() if now is None else now

@@ -125,7 +125,7 @@ def parse(text: str, bench_re: Optional[Pattern[str]] = None) -> Optional[Sample
 class LogProgress(NamedTuple):
     """The last progress a log shows and for how long it has not moved."""
 
-    index: int  # into the log's lines
+    at: int  # index of the progress line into the log's lines
     sample: Sample
     stuck_for: float  # seconds the amount has not changed (at least)
     last_line: bool  # the progress line is the log's last non-empty line (nothing came after it)
@@ -145,11 +145,11 @@ def log_progress(log: Dict[str, Any], now: float, bench_re: Optional[Pattern[str
             last = sample
     if last is None:
         return None
-    index = events[-1]
+    at = events[-1]
     mtime = log.get("mtime")
     idle = max(0.0, now - float(mtime)) if mtime is not None else 0.0
     stuck = idle
-    repaints = (log.get("repaints") or {}).get(index) or (log.get("repaints") or {}).get(str(index))
+    repaints = (log.get("repaints") or {}).get(at) or (log.get("repaints") or {}).get(str(at))
     if repaints:
         samples = [s for s in (parse(t, bench_re) for t in repaints) if s is not None]
         if samples:
@@ -164,5 +164,5 @@ def log_progress(log: Dict[str, Any], now: float, bench_re: Optional[Pattern[str
                 in_line = (len(samples) - 1 - j) * REPAINT_SECONDS
             stuck = idle + in_line
             last = tail
-    last_line = all(not t.strip() for t in lines[index + 1:])
-    return LogProgress(index, last, stuck, last_line, events)
+    last_line = all(not t.strip() for t in lines[at + 1:])
+    return LogProgress(at, last, stuck, last_line, events)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .protocol import Evidence
 
@@ -44,7 +44,7 @@ def ev(path: str, line: Optional[int], text: str) -> Evidence:
     return {"path": path, "line": line, "text": short(text, 300)}
 
 
-def proc_line(rec: Dict[str, Any], depth: int = 0) -> str:
+def proc_line(rec: Any, depth: int = 0) -> str:
     """One process as a tree line: pid, state, wchan, cpu, rss, command line."""
     cpu = rec.get("cpu")
     return "%s%d %s %s cpu=%s rss=%s %s" % (
@@ -58,8 +58,8 @@ def proc_line(rec: Dict[str, Any], depth: int = 0) -> str:
     )
 
 
-def children_map(processes: List[Dict[str, Any]]) -> Dict[int, List[Dict[str, Any]]]:
-    kids: Dict[int, List[Dict[str, Any]]] = {}
+def children_map(processes: Sequence[Any]) -> Dict[int, List[Any]]:
+    kids: Dict[int, List[Any]] = {}
     for rec in processes:
         kids.setdefault(int(rec.get("ppid") or 0), []).append(rec)
     for lst in kids.values():
@@ -67,9 +67,9 @@ def children_map(processes: List[Dict[str, Any]]) -> Dict[int, List[Dict[str, An
     return kids
 
 
-def descendants(pid: int, kids: Dict[int, List[Dict[str, Any]]]) -> List[Tuple[int, Dict[str, Any]]]:
+def descendants(pid: int, kids: Dict[int, List[Any]]) -> List[Tuple[int, Any]]:
     """(depth, rec) for every descendant of ``pid``, depth-first."""
-    out: List[Tuple[int, Dict[str, Any]]] = []
+    out: List[Tuple[int, Any]] = []
     stack = [(1, r) for r in reversed(kids.get(pid, []))]
     seen = {pid}
     while stack:

@@ -4,8 +4,9 @@ log can be put in one order.
 A log's own timestamps say how far apart its lines are, not when they were written by this host's clock
 (containers log in UTC or local time, some stamps carry no year). So each log is anchored at its mtime:
 its last stamped line was written at (or just before) the mtime, and an earlier stamped line that many
-seconds before. A line without a stamp takes its nearest stamped predecessor's time; a log without
-stamps has every line at its mtime (an upper bound). Only the stamp format of the log's last stamped line
+seconds before. A line without a stamp takes the time of the next stamped line (it was written no later);
+a log without stamps has every line at its mtime (an upper bound too). Upper bounds keep a precise event
+(the kernel's) from looking later than the log lines it explains. Only the stamp format of the log's last stamped line
 is read, so mixed formats (a launcher's and a library's) never mix scales.
 """
 
@@ -87,18 +88,12 @@ class Timeline:
             return self.mtime
         if index in self._cache:
             return self._cache[index]
-        value = None
-        for i in range(index, max(-1, index - LOOKBACK), -1):
+        value = None  # the line's own stamp, else the next stamped line's: an upper bound, as the mtime is
+        for i in range(index, min(len(self.lines), index + LOOKBACK)):
             found = _stamp(self.lines[i], self.format)
             if found is not None:
                 value = found[1]
                 break
-        if value is None:  # before the first stamp: the first stamp after it, else the mtime
-            for i in range(index + 1, min(len(self.lines), index + LOOKBACK)):
-                found = _stamp(self.lines[i], self.format)
-                if found is not None:
-                    value = found[1]
-                    break
         when = self.mtime if value is None else self.mtime - min(MAX_SPAN, max(0.0, self.anchor - value))
         self._cache[index] = when
         return when

@@ -88,7 +88,7 @@ def _pgid(pid: int) -> Optional[int]:
         return None
 
 
-def find_targets(config: AgentConfig, processes: Optional[List[Dict[str, Any]]] = None) -> List[Dict[str, Any]]:
+def find_targets(config: AgentConfig, processes: Optional[List[Any]] = None) -> List[Any]:
     """Live processes whose program matches ``benchmark.match`` or ``benchmark.entrypoint``."""
     bench = config.get("benchmark") or DEFAULTS["benchmark"]
     pats = compile_patterns(bench.get("match")) + compile_patterns(bench.get("entrypoint"))
