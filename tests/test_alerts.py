@@ -8,7 +8,6 @@ import asyncio
 import json
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -143,7 +142,7 @@ def test_bad_alert_rows_are_one_line_with_file_and_line(tmp_path: Path, text: st
 async def test_firing_and_resolved_once_each_on_an_sshd_fleet(
     sshd: Sshd, tmp_path: Path, receiver: Receiver, bench_process: Any  # noqa: F811 (the fixture)
 ) -> None:
-    proc, token = bench_process
+    proc, token, argv = bench_process
     inst = ssh_instance(sshd, "box1", tags=("obs",), benchmark=BenchmarkSpec(match=(token,)))
     other = ssh_instance(sshd, "box2", tags=("other",), benchmark=BenchmarkSpec(match=(token + "-never",)))
     fleet = Fleet(instances=[inst, other], source="test")
@@ -163,7 +162,7 @@ async def test_firing_and_resolved_once_each_on_an_sshd_fleet(
         proc.kill()
         proc.wait()
         await until(lambda: len(receiver.alerts("firing")) == 1, timeout=30)
-        restarted = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", token])
+        restarted = subprocess.Popen(argv)
         await until(lambda: len(receiver.alerts("resolved")) == 1, timeout=30)
         await asyncio.sleep(3)  # and nothing more comes
     finally:

@@ -46,12 +46,16 @@ def pick(samples: dict, metric: str, **labels: str) -> list[float]:
 
 
 @pytest.fixture
-def bench_process() -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """A long-lived process the instance's benchmark patterns match (this host is the sshd's host)."""
+def bench_process(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str, list[str]]]:
+    """A long-lived process the instance's benchmark patterns match (this host is the sshd's host): a script
+    named after a fresh token (a pattern names the program), its argv to start another."""
     token = f"fleet-obs-bench-{secrets.token_hex(4)}"
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", token])
+    script = tmp_path / f"{token}.py"
+    script.write_text("import time\ntime.sleep(300)\n")
+    argv = [sys.executable, str(script)]
+    proc = subprocess.Popen(argv)
     try:
-        yield proc, token
+        yield proc, token, argv
     finally:
         proc.kill()
         proc.wait()
@@ -65,16 +69,17 @@ def simulated(pid: int) -> dict:
     }}}
 
 
-async def until(pred, timeout: float = 30.0) -> None:
+async def until(pred, timeout: float = 30.0, state=None) -> None:
     deadline = time.monotonic() + timeout
     while not pred():
         if time.monotonic() > deadline:
-            raise AssertionError("timed out")
+            seen = {n: (i.status, i.status_detail, i.link_status) for n, i in state.instances.items()} if state else ""
+            raise AssertionError(f"timed out {seen}")
         await asyncio.sleep(0.1)
 
 
 async def test_metrics_on_an_sshd_fleet_match_the_state(sshd: Sshd, tmp_path: Path, bench_process) -> None:
-    proc, token = bench_process
+    proc, token, _ = bench_process
     inst = ssh_instance(sshd, "box1", tags=("obs", "rtx"), benchmark=BenchmarkSpec(match=(token,)),
                         agent_extra=simulated(proc.pid))
     down = ssh_instance(sshd, "gone", port=1, tags=("obs",))  # nothing listens on port 1
@@ -86,7 +91,7 @@ async def test_metrics_on_an_sshd_fleet_match_the_state(sshd: Sshd, tmp_path: Pa
         state = controller.state
         box = state.instances["box1"]
         await until(lambda: box.status == "ok" and len(box.gpus) == 2 and box.bench_running
-                    and state.instances["gone"].status == "unreachable")
+                    and state.instances["gone"].status == "unreachable", state=state)
         await until(lambda: all(g.sample.get("procs") is not None for g in box.gpus.values()))
         url = monitoring.server.url
         samples = await asyncio.to_thread(scrape, url)
