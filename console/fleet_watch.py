@@ -227,7 +227,7 @@ class FleetWatch:
     async def start(self, watch_file: bool = True) -> None:
         """Watch the file (and SIGHUP) when ``watch_file``; run the imports once now, then every refresh."""
         if watch_file and self.path is not None:
-            self._tasks.append(asyncio.create_task(self._poll_file(), name="fleet-watch:file"))
+            self._tasks.append(asyncio.create_task(self._poll_file(self._signature()), name="fleet-watch:file"))
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not the main thread
                 asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._on_sighup)
                 self._sighup = True
@@ -269,18 +269,19 @@ class FleetWatch:
         with contextlib.suppress(Exception):  # reload reports its own errors in fleet_errors
             await self.controller.reload()
 
-    def _mtime(self) -> int | None:
+    def _signature(self) -> tuple[int, int, int] | None:
+        """mtime, size and inode: an editor that replaces the file within one mtime tick still shows."""
         path = self.path
         try:
-            return path.stat().st_mtime_ns if path is not None else None
+            st = path.stat() if path is not None else None
         except OSError:
             return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino) if st is not None else None
 
-    async def _poll_file(self) -> None:
-        last = self._mtime()
+    async def _poll_file(self, last: tuple[int, int, int] | None) -> None:
         while True:
             await asyncio.sleep(self.poll)
-            now = self._mtime()
+            now = self._signature()
             if now is not None and now != last:
                 last = now
                 await self._reload("file changed")

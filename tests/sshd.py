@@ -40,6 +40,11 @@ def _setenv_lines(env: dict[str, str]) -> list[str]:
     return ["SetEnv " + " ".join(words)] if words else []
 
 
+# A login shell's init (root's ~/.bashrc running `pyenv init`) can wait up to 60 s on a lock that a killed
+# session left behind: every remote command then stalls. Sessions of these sshds wait at most ~1 s for it.
+HOST_SHELL_ENV = {"PYENV_REHASH_TIMEOUT": "0"}
+
+
 class Sshd:
     """One sshd: ``start()``, ``stop()`` (kills it and every session it forked), ``restart()``.
 
@@ -82,7 +87,7 @@ class Sshd:
                     "LogLevel ERROR",
                     "MaxStartups 200",
                     "MaxSessions 50",
-                    *_setenv_lines(env or {}),
+                    *_setenv_lines({**HOST_SHELL_ENV, **(env or {})}),
                 ]
             )
             + "\n"

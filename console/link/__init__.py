@@ -4,9 +4,17 @@
 - ``ssh.py``: ``SshLink`` (asyncssh, known_hosts, agent upload, or an agentless session when the host has
   no usable python3: ``console.agentless``);
 - ``local.py``: ``LocalLink`` (the agent as a local subprocess);
-- ``exec.py``: one command on its own exec channel of an SSH connection.
+- ``exec.py``: one command on its own exec channel of an SSH connection;
+- ``auth.py``: where and how to log in, as ``ssh`` does (``~/.ssh/config`` through asyncssh, key files,
+  ssh-agent, jump hosts), local problems found first (``needs_action``);
+- ``hostkeys.py``: known_hosts lookups, fingerprints, the unknown key a host offered, writing an accepted one.
 
-Imports flow one way: ``base`` <- ``exec`` <- ``console.agentless.session`` <- ``ssh``; ``base`` <- ``local``.
+Link statuses: ``connecting``, ``connected``, ``unreachable``, ``agent_failed``, and the ``PERMANENT`` ones
+(``needs_action``, ``hostkey_unknown``, ``hostkey_changed``, ``auth_failed``), retried only every few
+minutes or at once after ``retry_now()`` (a reload, an accepted host key).
+
+Imports flow one way: ``base`` <- ``exec`` <- ``console.agentless.session`` <- ``ssh``; ``base`` <- ``local``;
+``auth``/``hostkeys`` <- ``ssh``.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from console.inventory import Instance
 from console.link.base import (
     HELLO_TIMEOUT,
     MAX_LINE,
+    PERMANENT,
     SILENCE_TIMEOUT,
     AgentLink,
     Backoff,
@@ -32,6 +41,7 @@ from console.link.ssh import REMOTE_DIR, SshLink
 __all__ = [
     "HELLO_TIMEOUT",
     "MAX_LINE",
+    "PERMANENT",
     "REMOTE_DIR",
     "SILENCE_TIMEOUT",
     "AgentLink",
