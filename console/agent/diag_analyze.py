@@ -302,7 +302,7 @@ def completion(facts: Dict[str, Any], procs: Processes, items: List[Item], now: 
         timeline = Timeline(log, now)
         for i in range(len(lines) - 1, max(-1, len(lines) - 400), -1):
             text = lines[i]
-            sig = signatures.match_line(text) if text else None
+            sig = signatures.match_line_fast(text, signatures.builtin_plan()) if text else None
             if sig is not None and SEVERITY_LEVEL[capped(sig.severity, level_cap(text))] >= 2 \
                     and not signatures.is_harmless(text):
                 break  # a failure after this point: what came before is not how the run ended

@@ -129,16 +129,15 @@ def _group(log: Dict[str, Any], hits: List[Dict[str, Any]], order: int) -> List[
     return episodes
 
 
-def _resumed_after(lines: List[str], index: int, bench_re: Optional[Pattern[str]]) -> bool:
-    for text in lines[index + 1:]:
+def last_resumed(lines: List[str], bench_re: Optional[Pattern[str]]) -> int:
+    """The index of the last line that shows work going on (progress, a success, a completion), or -1."""
+    for i in range(len(lines) - 1, -1, -1):
+        text = lines[i]
         if not text.strip():
             continue
-        if RESUMED_RE.search(text) or signatures.is_completion(text):
-            return True
-        sample = progress.parse(text, bench_re)
-        if sample is not None:
-            return True
-    return False
+        if RESUMED_RE.search(text) or signatures.is_completion(text) or progress.parse(text, bench_re) is not None:
+            return i
+    return -1
 
 
 def log_episodes(
@@ -160,13 +159,14 @@ def log_episodes(
         if not hits:
             continue
         timeline = Timeline(log, now)
+        resumed = last_resumed(lines, bench_re)
         mtime = log.get("mtime")
         stale = bench_started is not None and mtime is not None and float(mtime) < bench_started - LOG_SLACK
         for ep in _group(log, hits, len(out) * 1000):
             ep.time = timeline.at(ep.last_index)
             ep.stale = stale
             if ep.code not in NEVER_RECOVER:
-                ep.recovered = _resumed_after(lines, ep.last_index, bench_re)
+                ep.recovered = resumed > ep.last_index
             out.append(ep)
     return out
 

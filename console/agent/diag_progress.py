@@ -46,6 +46,9 @@ DEFAULT_PROGRESS = (
 )
 
 
+_DEFAULT_RE = re.compile(DEFAULT_PROGRESS, re.IGNORECASE)
+
+
 class Sample(NamedTuple):
     kind: str  # "download" | "steps"
     amount: str  # what the line shows done (compared between samples)
@@ -77,20 +80,33 @@ def _last(rx: Pattern[str], text: str) -> Optional[re.Match[str]]:
 
 
 def compile_progress(pattern: Optional[str]) -> Pattern[str]:
+    """The ``[benchmark] progress`` regex, or the default (also when it does not compile)."""
+    if not pattern:
+        return _DEFAULT_RE
     try:
-        return re.compile(pattern or DEFAULT_PROGRESS, re.IGNORECASE)
+        return re.compile(pattern, re.IGNORECASE)
     except re.error:
-        return re.compile(DEFAULT_PROGRESS, re.IGNORECASE)
+        return _DEFAULT_RE
+
+
+_DEFAULT_HINTS = ("proof", "step", "iter", "epoch", "it/s", "s/it", "{'loss'")
 
 
 def parse(text: str, bench_re: Optional[Pattern[str]] = None) -> Optional[Sample]:
     """The progress a line shows, or None."""
     if len(text) > 2000:
         text = text[-2000:]
-    m = CURL_METER_RE.match(text)
+    m = CURL_METER_RE.match(text) if text[:1] == " " or text[:1].isdigit() else None
     if m and m.group(10)[:1].isdigit():
         pct = float(m.group(3))
         return Sample("download", m.group(4), pct, _hms(m.group(10)), pct >= 100.0)
+    if "%" not in text:  # every other meter shows a percent; else only the benchmark's own progress can match
+        rx = bench_re if bench_re is not None else _DEFAULT_RE
+        if rx.pattern == DEFAULT_PROGRESS:
+            low = text.lower()
+            if not any(h in low for h in _DEFAULT_HINTS):
+                return None
+        return _steps(rx, text)
     last = _last(TQDM_RE, text)
     if last is not None:
         pct, n, total = float(last.group(1)), last.group(2).strip(), last.group(3).strip()
@@ -112,14 +128,17 @@ def parse(text: str, bench_re: Optional[Pattern[str]] = None) -> Optional[Sample
         pct = float(m.group(1))
         if pct <= 100.0:
             return Sample("download", m.group(1), pct, None, pct >= 100.0)
-    rx = bench_re if bench_re is not None else compile_progress(None)
+    return _steps(bench_re if bench_re is not None else _DEFAULT_RE, text)
+
+
+def _steps(rx: Pattern[str], text: str) -> Optional[Sample]:
     m = rx.search(text)
-    if m:
-        groups = [g for g in m.groups() if g is not None] if m.groups() else []
-        amount = groups[0] if groups else m.group(0)
-        done = len(groups) >= 2 and groups[0] == groups[1]
-        return Sample("steps", amount, None, None, done)
-    return None
+    if not m:
+        return None
+    groups = [g for g in m.groups() if g is not None] if m.groups() else []
+    amount = groups[0] if groups else m.group(0)
+    done = len(groups) >= 2 and groups[0] == groups[1]
+    return Sample("steps", amount, None, None, done)
 
 
 class LogProgress(NamedTuple):

@@ -82,6 +82,12 @@ class Timeline:
                 self.format, self.anchor = found
                 break
         self._cache: Dict[int, float] = {}
+        self._stamps: Dict[int, Optional[Tuple[int, float]]] = {}
+
+    def _stamp_at(self, i: int) -> Optional[Tuple[int, float]]:
+        if i not in self._stamps:
+            self._stamps[i] = _stamp(self.lines[i], self.format)
+        return self._stamps[i]
 
     def at(self, index: int) -> float:
         if self.anchor is None or self.format is None:
@@ -90,7 +96,7 @@ class Timeline:
             return self._cache[index]
         value = None  # the line's own stamp, else the next stamped line's: an upper bound, as the mtime is
         for i in range(index, min(len(self.lines), index + LOOKBACK)):
-            found = _stamp(self.lines[i], self.format)
+            found = self._stamp_at(i)
             if found is not None:
                 value = found[1]
                 break

@@ -96,8 +96,10 @@ SIGNATURES: List[Signature] = [
          r"|GatedRepoError|Cannot access gated repo|access to it at https://huggingface\.co|is restricted and you are"
          r"|RepositoryNotFoundError|Repository Not Found for url|RevisionNotFoundError|EntryNotFoundError"
          r"|\b(?:401|403|404) Client Error|Max retries exceeded with url"
-         r"|(?:fetch|download)\w*\b.{0,160}(?:connection reset|reset by peer|unexpected EOF|broken pipe|timed out"
-         r"|i/o timeout|connection refused|no route to host)",
+         r"|fetch\w*\b.{0,160}(?:connection reset|reset by peer|unexpected EOF|broken pipe|timed out|i/o timeout"
+         r"|connection refused|no route to host)"
+         r"|download\w*\b.{0,160}(?:connection reset|reset by peer|unexpected EOF|broken pipe|timed out|i/o timeout"
+         r"|connection refused|no route to host)",
          "a download failed (network, DNS, or the URL is wrong/forbidden/gated)"),
     _sig("transport_error", "error",
          r"broken pipe|transport error|connection reset|status: Unavailable|message length too large"
@@ -192,35 +194,147 @@ def match_line(text: str, table: Optional[Sequence[Signature]] = None) -> Option
     return None
 
 
-# one regex of every row's pattern: most lines match none, and one search says so
-_ANY: Dict[int, Pattern[str]] = {}
+# -- a cheap prefilter: most log lines match no row, and a few substring tests say so ----------------------
+_SPECIAL = set(".^$*+?{}[]()|")
+_TRIGGERS: Dict[str, Optional[Tuple[str, ...]]] = {}
 
 
-def _any_pattern(table: Sequence[Signature]) -> Optional[Pattern[str]]:
-    key = id(table)
-    rx = _ANY.get(key)
-    if rx is None:
-        try:
-            rx = re.compile("|".join("(?:%s)" % s.pattern.pattern for s in table), re.IGNORECASE | re.MULTILINE)
-        except re.error:
-            return None
-        if len(_ANY) > 16:
-            _ANY.clear()
-        _ANY[key] = rx
-    return rx
+def _branches(pattern: str) -> List[str]:
+    """The top-level alternatives of a regex (``a|(?:b|c)d`` -> ``a``, ``(?:b|c)d``)."""
+    out, depth, start, i = [], 0, 0, 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":  # a character class: skip to its end
+            j = i + 1
+            while j < len(pattern) and pattern[j] != "]":
+                j += 2 if pattern[j] == "\\" else 1
+            i = j + 1
+            continue
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            out.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    out.append(pattern[start:])
+    return out
+
+
+def _literal(branch: str) -> Optional[str]:
+    """The longest run of plain characters a branch needs, outside groups and classes (None: none of 3+)."""
+    runs: List[str] = []
+    cur: List[str] = []
+    depth, i = 0, 0
+    while i < len(branch):
+        c = branch[i]
+        nxt = branch[i + 1] if i + 1 < len(branch) else ""
+        if c == "\\":
+            esc = nxt
+            i += 2
+            optional = i < len(branch) and branch[i] in "?*{"
+            if depth == 0 and esc and not esc.isalnum() and not optional:
+                cur.append(esc)
+            else:
+                runs.append("".join(cur))
+                cur = []
+            continue
+        if c == "[":
+            runs.append("".join(cur))
+            cur = []
+            j = i + 1
+            while j < len(branch) and branch[j] != "]":
+                j += 2 if branch[j] == "\\" else 1
+            i = j + 1
+            continue
+        if c in "()":
+            depth += 1 if c == "(" else -1
+            runs.append("".join(cur))
+            cur = []
+        elif c in _SPECIAL or nxt in ("?", "*", "{") or depth > 0:
+            runs.append("".join(cur))
+            cur = []
+        else:
+            cur.append(c)
+        i += 1
+    runs.append("".join(cur))
+    best = max(runs, key=len)
+    return best.lower() if len(best.strip()) >= 3 else None
+
+
+def triggers(pattern: str) -> Optional[Tuple[str, ...]]:
+    """Lower-case substrings of which a line must hold one for ``pattern`` to match it, or None (no cheap test).
+    Used with case-insensitive patterns: ``text.lower()`` is tested."""
+    if pattern in _TRIGGERS:
+        return _TRIGGERS[pattern]
+    found: List[str] = []
+    for branch in _branches(pattern):
+        lit = _literal(branch)
+        if lit is None:
+            found = []
+            break
+        found.append(lit)
+    result = tuple(found) if found else None
+    if len(_TRIGGERS) > 512:
+        _TRIGGERS.clear()
+    _TRIGGERS[pattern] = result
+    return result
+
+
+class Plan(NamedTuple):
+    """A table ready for scanning: each row with its prefilter, and the union of them (None: some row has none)."""
+
+    rows: List[Tuple[Signature, Optional[Tuple[str, ...]]]]
+    union: Optional[Tuple[str, ...]]
+
+
+def plan(rows: Sequence[Signature]) -> Plan:
+    out = []
+    union: Optional[List[str]] = []
+    for sig in rows:
+        trig = triggers(sig.pattern.pattern) if sig.pattern.flags & re.IGNORECASE else None
+        out.append((sig, trig))
+        if trig is None:
+            union = None
+        elif union is not None:
+            union.extend(t for t in trig if t not in union)
+    return Plan(out, tuple(union) if union is not None else None)
+
+
+def match_line_fast(text: str, table: Plan) -> Optional[Signature]:
+    """``match_line`` with the substring prefilter (the same answer; most lines cost a few ``in`` tests)."""
+    low = text.lower()
+    if table.union is not None and not any(t in low for t in table.union):
+        return None
+    for sig, trig in table.rows:
+        if trig is not None and not any(t in low for t in trig):
+            continue
+        if sig.pattern.search(text):
+            return sig
+    return None
+
+
+_BUILTIN_PLAN: List[Plan] = []
+
+
+def builtin_plan() -> Plan:
+    if not _BUILTIN_PLAN:
+        _BUILTIN_PLAN.append(plan(SIGNATURES))
+    return _BUILTIN_PLAN[0]
 
 
 def scan_lines(
     lines: Iterable[str], path: str, first_line: int = 1, table: Optional[Sequence[Signature]] = None
 ) -> List[Dict[str, Any]]:
     """Every line that matches a signature: ``{code, severity, explanation, path, line, text}``."""
-    rows = SIGNATURES if table is None else table
-    quick = _any_pattern(rows) if all(s.pattern.flags & re.IGNORECASE for s in rows) else None
+    prepared = builtin_plan() if table is None or table is SIGNATURES else plan(table)
     hits: List[Dict[str, Any]] = []
     for offset, text in enumerate(lines):
-        if quick is not None and not quick.search(text):
-            continue
-        sig = match_line(text, rows)
+        sig = match_line_fast(text, prepared)
         if sig is not None:
             hits.append(
                 {
