@@ -292,6 +292,8 @@ class Monitoring:
                 log.exception("monitoring tick failed")
 
     async def stop(self) -> None:
+        for hooks in self.state.hooks.values():  # nothing is observed from here on
+            hooks.clear()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -339,10 +341,12 @@ class MonitoredController(FleetController):
             raise error
 
     async def stop(self) -> None:
-        await super().stop()
+        """Monitoring first: the links closing is the console leaving, not the fleet going down (no
+        "ok -> unreachable" for every instance in the history, the recording or the alerts)."""
         if self._monitoring_started:
             self._monitoring_started = False
             await self.monitoring.stop()
+        await super().stop()
 
 
 # -- the headless run ----------------------------------------------------------------------------------------
