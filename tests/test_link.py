@@ -43,7 +43,7 @@ async def test_changed_host_key_is_refused_with_a_clear_message(sshd: Sshd) -> N
     try:
         await rec.wait_for(lambda: rec.status_of("box1")[0] == "hostkey_changed", what="hostkey_changed")
         detail = rec.status_of("box1")[1]
-        assert "HOST KEY CHANGED" in detail and f"[127.0.0.1]:{sshd.port}" in detail
+        assert "HOST KEY MISMATCH" in detail and f"[127.0.0.1]:{sshd.port}" in detail
         assert not rec.of_type("hello"), "no agent may run on a host whose key does not verify"
     finally:
         await link.stop()

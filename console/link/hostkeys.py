@@ -79,7 +79,8 @@ class HostKeyOffer:
         name = known_host_name(self.host, self.port)
         if self.changed:
             was = ", ".join(fingerprint(k) for k in self.listed)
-            return (f"HOST KEY CHANGED for {name}: it offers {self.fingerprint}, {self.known_hosts} lists {was}; "
+            return (f"HOST KEY MISMATCH for {name}: the key changed: it offers {self.fingerprint}, "
+                    f"{self.known_hosts} lists {was}; "
                     f"refused (if the host was rebuilt, remove the old line: ssh-keygen -R '{name}' "
                     f"-f {self.known_hosts})")
         return (f"unknown host key for {name}: {self.fingerprint}, not in {self.known_hosts} "
