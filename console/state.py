@@ -572,10 +572,7 @@ def _on_procs(inst: InstanceState, raw: Frame, now: float) -> None:
             procs.pop(pid, None)
     inst.procs_version += 1
     if inst.bench_patterns:  # the agent's one matching rule: the program, never its arguments
-        was = inst.bench_running
         inst.bench_running = any(matches_program(rec, inst.bench_patterns) for rec in procs.values())
-        if inst.bench_running and was is False and inst.diagnosis is not None:
-            inst.diagnosis, inst.diagnosis_at = None, None  # it described a run that is gone: the benchmark is back
     if inst.entry_patterns:
         starts = [float(rec.get("start") or 0.0) for rec in procs.values() if matches_program(rec, inst.entry_patterns)]
         inst.entry_started = max(starts) if starts else None
