@@ -376,3 +376,106 @@ def test_the_defaults_table_covers_the_typed_config() -> None:
     assert set(agent_config.DEFAULTS["benchmark"]) == set(agent_config.BenchmarkConfig.__annotations__)
     assert agent_config.STARTUP_GRACE_SECONDS == agent_config.DEFAULTS["startup_grace"] == 90.0
     assert agent_config.load() == agent_config.DEFAULTS and agent_config.load() is not agent_config.DEFAULTS
+
+
+# -- issue 11: causes over symptoms, content-based progress, history, done, program matching -----------------
+def test_the_daemon_panic_outranks_the_broken_pipe_it_causes(tmp_path: Path) -> None:
+    (tmp_path / "daemon.log").write_text(
+        "2026-12-01T21:06:40Z INFO cuzk_daemon::prove: received C2 request (51.2 MB)\n"
+        "thread 'tokio-runtime-worker' panicked at cuzk-core/src/srs.rs:211:38:\n"
+        "index out of bounds: the len is 8 but the index is 8\n")
+    (tmp_path / "bench.log").write_text(
+        "Running warmup proof...\nError: status: Unavailable, message: \"error sending request: broken pipe\"\n")
+    facts = {"now": time.time(), "benchmark": SEED_BENCH, "processes": [], "logs": logs_of(tmp_path), "files": []}
+    result = dg.analyze(facts)
+    assert result["verdict"]["code"] == "panic"
+    assert "transport_error" in result["verdict"].get("followed_by", [])
+    assert by_code(result)["transport_error"].get("caused_by") == "panic"
+
+
+def test_a_wrapper_never_outranks_what_it_wraps(tmp_path: Path) -> None:
+    (tmp_path / "train.log").write_text(
+        "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.91 GiB.\n"
+        "Traceback (most recent call last):\n  File \"/usr/local/bin/torchrun\", line 8, in <module>\n"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+        "  exitcode  : 1 (pid: 9292)\n")
+    facts = {"now": time.time(), "benchmark": SEED_BENCH, "processes": [], "logs": logs_of(tmp_path), "files": []}
+    assert dg.analyze(facts)["verdict"]["code"] == "cuda_oom"
+
+
+def test_a_repainting_meter_that_does_not_move_is_stalled_though_the_file_is_fresh(tmp_path: Path) -> None:
+    states = [" 12 1024M  12  118M    0     0  1063k      0  0:17:04  0:00:11  0:10:54 10.8M"]
+    states += [" 37 1024M  37  381M    0     0  1063k      0  0:17:04  0:%02d:%02d  0:10:54     0" % divmod(s, 60)
+               for s in range(36, 340)]
+    (tmp_path / "setup.log").write_text("[setup] fetching c2.params\n" + "\r".join(states))
+    facts = {"now": time.time(), "benchmark": SEED_BENCH, "processes": [], "files": [], "stall_seconds": 120,
+             "logs": [dict(log, repaints={}) for log in logs_of(tmp_path)]}
+    for log in facts["logs"]:
+        read_tail(log["path"], repaints=log["repaints"])
+    result = dg.analyze(facts)
+    assert result["verdict"]["code"] == "download_stalled", result["verdict"]
+    assert "381M" in result["verdict"]["summary"]
+    assert result["verdict"]["brief"].startswith("download stalled at 37 % (381M) for 5m")
+
+
+def test_alive_without_progress_is_hung_and_progressing_is_healthy(tmp_path: Path) -> None:
+    log = tmp_path / "bench.log"
+    log.write_text("Running warmup proof...\nproof 1/10 done in 82.5s\nproof 2/10 done in 82.9s\n")
+    now = time.time()
+    procs = [rec(401, 1, "/opt/cuzk-daemon --config x", start=now - 900),
+             rec(402, 1, "/opt/cuzk-bench --proofs 10", start=now - 900)]
+    os.utime(str(log), (now - 600, now - 600))
+    facts = {"now": now, "benchmark": SEED_BENCH, "processes": procs, "logs": logs_of(tmp_path), "files": [],
+             "stall_seconds": 300}
+    result = dg.analyze(facts)
+    assert result["verdict"]["code"] == "hung"
+    assert by_code(result)["hung"]["evidence"][0]["line"] == 3
+    os.utime(str(log), (now - 10, now - 10))
+    facts["logs"] = logs_of(tmp_path)
+    assert dg.analyze(facts)["verdict"]["code"] == "healthy"
+
+
+def test_a_completed_run_is_finished_not_down(tmp_path: Path) -> None:
+    (tmp_path / "bench.log").write_text("proof 10/10 done in 82.5s\nbenchmark finished: 10 proofs in 812.4s\n")
+    now = time.time()
+    facts = {"now": now, "benchmark": SEED_BENCH, "logs": logs_of(tmp_path), "files": [],
+             "processes": [rec(369, 1, "bash /entrypoint.sh", wchan="do_wait", start=now - 5),
+                           rec(370, 369, "sleep infinity", start=now - 4)]}
+    result = dg.analyze(facts)
+    assert result["verdict"]["code"] == "finished" and result["verdict"]["severity"] == "info"
+    assert all(f["severity"] == "info" for f in result["findings"])
+
+
+def test_recovered_errors_and_harmless_lines_are_history(tmp_path: Path) -> None:
+    (tmp_path / "bench.log").write_text(
+        "WARN connect attempt 1 failed: error trying to connect: Connection refused (os error 111)\n"
+        "connected to cuzk-daemon (attempt 2)\n"
+        "x:1:1 [0] NCCL INFO NET/Plugin: Plugin load returned 2 : libnccl-net.so: cannot open shared object file: "
+        "No such file or directory\n"
+        "proof 1/10 done in 82.5s\n")
+    now = time.time()
+    facts = {"now": now, "benchmark": SEED_BENCH, "logs": logs_of(tmp_path), "files": [],
+             "processes": [rec(401, 1, "/opt/cuzk-daemon", start=now - 60), rec(402, 1, "/opt/cuzk-bench")]}
+    result = dg.analyze(facts)
+    assert result["verdict"]["code"] == "healthy", result["findings"]
+    assert by_code(result)["transport_error"]["severity"] == "info"
+    assert "missing_input" not in by_code(result)
+
+
+def test_viewers_and_arguments_are_never_the_benchmark(tmp_path: Path) -> None:
+    (tmp_path / "bench.log").write_text("Running warmup proof...\n")
+    facts = {"now": time.time(), "benchmark": SEED_BENCH, "logs": logs_of(tmp_path), "files": [],
+             "processes": [rec(10, 1, "tail -f /tmp/cuzk-daemon.log"), rec(11, 1, "watch -n 5 pgrep -af cuzk-bench"),
+                           rec(12, 1, "less /tmp/cuzk-bench.log"), rec(13, 1, "sshd: root@notty cuzk-bench")]}
+    assert dg.analyze(facts)["verdict"]["code"] == "benchmark_not_running"
+    facts["processes"].append(rec(14, 1, "/usr/bin/python3 /opt/cuzk-bench --proofs 10"))
+    assert dg.analyze(facts)["verdict"]["code"] == "healthy"
+
+
+def test_fleet_signature_rows_add_to_the_table(tmp_path: Path) -> None:
+    (tmp_path / "bench.log").write_text("Running warmup proof...\nFATAL: license server said no\n")
+    facts = {"now": time.time(), "benchmark": SEED_BENCH, "processes": [], "logs": logs_of(tmp_path), "files": [],
+             "signatures": [{"code": "license_denied", "severity": "error", "pattern": "license server said no",
+                             "explanation": "the prover's license was refused"}]}
+    verdict = dg.analyze(facts)["verdict"]
+    assert verdict["code"] == "license_denied" and "license server" in verdict["summary"]
