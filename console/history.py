@@ -5,8 +5,8 @@ minute aggregates of util / memory / temperature / power, min/avg/max (``gpu_min
 (``max_days``) and size (``max_bytes``): pruned at start and hourly, oldest first.
 
 Size matters at fleet scale (100 instances x 8 GPUs is 1.15 M GPU-minutes a day), so a GPU-minute row is
-one instance's minute with its GPUs packed (``struct``, ~31 bytes a GPU) under a ``(minute, instance id)`` key:
-about 40 MB a day for that fleet (bench/serve_bench.py measures it). Writes are batched (events each second,
+one instance's minute with its GPUs packed (``struct``, 25 bytes a GPU) under a ``(minute, instance id)`` key:
+under 40 MB a day for that fleet (bench/serve_bench.py measures it). Writes are batched (events each second,
 GPU rows each minute) in one transaction; WAL, ``synchronous=NORMAL``. Readers (``fleet-console history``,
 the TUI) open their own connection; a second writer (a TUI beside ``serve``) waits on the busy timeout.
 """
@@ -32,10 +32,11 @@ PRUNE_EVERY = 3600.0  # seconds
 FLAP_WINDOW = 600.0  # seconds: this many changes within it is a flap
 FLAP_CHANGES = 4
 MAX_DATA_CHARS = 16_000  # a verdict's or probe's JSON, capped
-# one GPU in a minute row: index, then util/temp/power min/avg/max (uint16, 0xFFFF = none), mem MiB min/avg/max
-_GPU = struct.Struct("<H9H3I")
-_NONE16, _NONE32 = 0xFFFF, 0xFFFFFFFF
-FIELDS = ("util", "temp", "power", "mem")  # the order in a packed GPU record (mem last: 32-bit)
+# one GPU in a minute row, 25 bytes: index (uint8), then min/avg/max of util % and temperature °C (uint8),
+# power W (uint16) and memory MiB (uint32); the type's largest value means "none"
+_GPU = struct.Struct("<B3B3B3H3I")
+FIELDS = ("util", "temp", "power", "mem")  # the order in a packed GPU record
+_NONE = {"util": 0xFF, "temp": 0xFF, "power": 0xFFFF, "mem": 0xFFFFFFFF}
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID;
@@ -103,10 +104,10 @@ def pack_gpus(gpus: dict[int, _Agg]) -> bytes:
     out = []
     for index in sorted(gpus):
         agg = gpus[index]
-        values: list[int] = [index]
+        values: list[int] = [min(index, 0xFF)]
         for field in FIELDS:
             s = agg.summary(field)
-            none = _NONE32 if field == "mem" else _NONE16
+            none = _NONE[field]
             top = none - 1
             values.extend((none, none, none) if s is None else (min(max(v, 0), top) for v in s))
         out.append(_GPU.pack(*values))
@@ -119,7 +120,7 @@ def unpack_gpus(blob: bytes) -> list[dict[str, Any]]:
         rec: dict[str, Any] = {"gpu": values[0]}
         for i, field in enumerate(FIELDS):
             trio = values[1 + 3 * i: 4 + 3 * i]
-            none = _NONE32 if field == "mem" else _NONE16
+            none = _NONE[field]
             rec[field] = None if trio[0] == none else {"min": trio[0], "avg": trio[1], "max": trio[2]}
         out.append(rec)
     return out

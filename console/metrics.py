@@ -6,7 +6,10 @@ side is a small asyncio server in the console's own event loop, so a scrape sees
 frames (no thread reads dicts the loop is changing). Bound to 127.0.0.1 unless told otherwise.
 
 Labels: ``name`` (the instance; ``instance`` is Prometheus's own target label), ``host``, ``tags`` (comma
-separated), and per GPU ``gpu`` (index), ``uuid``, ``model``. docs/monitoring.md lists every metric.
+separated) on the instance series; per GPU ``name``, ``gpu`` (index), ``uuid``, ``model``, with host and tags
+by a join on ``fleet_instance_info`` (800 GPUs x 9 series stay small). docs/monitoring.md lists every metric.
+The text format is written by ``render_text`` from plain tuples (a scrape of 100 x 8 GPUs in a few tens of
+ms); OpenMetrics, when asked for, goes through prometheus-client's encoder from the same ``gather``.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gzip
+import math
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -32,7 +36,7 @@ MAX_REQUEST_BYTES = 16 * 1024
 REQUEST_TIMEOUT = 10.0
 
 INST = ["name", "host", "tags"]
-GPU = [*INST, "gpu", "uuid", "model"]
+GPU = ["name", "gpu", "uuid", "model"]  # host and tags by a join on fleet_instance_info (keeps 8 GPUs' series small)
 # (metric suffix, help, sample key, scale); the GPU gauges
 GPU_GAUGES = (
     ("utilization_percent", "GPU utilization (%)", "util", 1.0),
@@ -46,11 +50,131 @@ GPU_GAUGES = (
 )
 
 
+class Family:
+    """One metric's samples as plain tuples: cheap to build per scrape, rendered by ``render_text`` (the
+    hot path) or turned into prometheus-client families by ``FleetCollector.collect``."""
+
+    __slots__ = ("help", "kind", "labels", "name", "samples")
+
+    def __init__(self, name: str, help: str, labels: list[str], kind: str = "gauge") -> None:
+        self.name, self.help, self.labels, self.kind = name, help, labels, kind
+        self.samples: list[tuple[tuple[str, ...], float]] = []
+
+
+def gather(state: FleetState, counters: dict[str, dict[tuple[str, ...], float]], now: float) -> list[Family]:
+    """Every metric of the fleet at ``now``: one walk over the state."""
+    f = Family
+    info = f("fleet_instance_info", "1 per instance; join on name for host and tags", INST)
+    up = f("fleet_instance_up", "1 when the console's link to the instance is connected", INST)
+    status = f("fleet_instance_status", "1 for the instance's current status", [*INST, "status"])
+    age = f("fleet_instance_data_age_seconds", "seconds since the instance's last data", INST)
+    bench = f("fleet_benchmark_up", "1 when a benchmark process runs (absent: unknown)", INST)
+    verdict = f("fleet_instance_verdict", "1 for the last diagnosis verdict", [*INST, "code", "severity"])
+    verdict_ts = f("fleet_instance_verdict_timestamp_seconds", "when the last diagnosis ran", INST)
+    findings = f("fleet_diagnosis_findings", "findings of the last diagnosis by code", [*INST, "code", "severity"])
+    lost = f("fleet_gpu_lost", "1 when the GPU is lost or missing from the instance's report", GPU)
+    gauges = [(f("fleet_gpu_" + suffix, text, GPU), key, scale) for suffix, text, key, scale in GPU_GAUGES]
+    proc_mem = f("fleet_process_gpu_memory_bytes", "GPU memory of the benchmark's processes",
+                 [*INST, "gpu", "pid", "process"])
+    totals = f("fleet_instances", "instances by status", ["status"])
+    for inst in state.instances.values():
+        base = (inst.name, inst.host, ",".join(inst.tags))
+        info.samples.append((base, 1.0))
+        up.samples.append((base, 1.0 if inst.link_status == "connected" else 0.0))
+        current = inst.status
+        status.samples.extend(((*base, s), 1.0 if current == s else 0.0) for s in STATUSES)
+        a = inst.age(now)
+        if a is not None:
+            age.samples.append((base, a))
+        if inst.bench_running is not None:
+            bench.samples.append((base, 1.0 if inst.bench_running else 0.0))
+        _diagnosis(inst, base, verdict, verdict_ts, findings)
+        bench_pids = _bench_pids(inst)
+        for gpu in inst.gpus.values():
+            static: dict[str, Any] = gpu.static  # type: ignore[assignment]
+            labels = (inst.name, str(gpu.index), str(static.get("uuid") or ""), str(static.get("name") or ""))
+            gone = gpu.lost or gpu.missing
+            lost.samples.append((labels, 1.0 if gone else 0.0))
+            if gone:
+                continue
+            sample: dict[str, Any] = gpu.sample  # type: ignore[assignment]
+            for family, key, scale in gauges:
+                value = sample.get(key)
+                if value is None:
+                    value = static.get(key)
+                if value is not None:
+                    family.samples.append((labels, value * scale))
+            if bench_pids:
+                for p in sample.get("procs") or ():
+                    name = bench_pids.get(p.get("pid"))
+                    if name is not None and p.get("mem") is not None:
+                        proc_mem.samples.append(((*base, str(gpu.index), str(p["pid"]), name), p["mem"]))
+    counts = state.totals()
+    totals.samples.extend(((s,), float(counts[s])) for s in STATUSES)
+    frames = f("fleet_frames", "frames received from the agents", [], "counter")
+    frames.samples.append(((), float(state.frames)))
+    out = [info, up, status, age, bench, verdict, verdict_ts, findings, lost, *(g for g, _, _ in gauges), proc_mem,
+           totals, frames]
+    for metric, (text, names) in COUNTERS.items():
+        counter = f(metric, text, names, "counter")
+        counter.samples.extend(counters.get(metric, {}).items())
+        out.append(counter)
+    return out
+
+
+def _diagnosis(inst: InstanceState, base: tuple[str, ...], verdict: Family, verdict_ts: Family,
+               findings: Family) -> None:
+    diag = inst.diagnosis
+    if not diag:
+        return
+    v = diag.get("verdict") or {}
+    verdict.samples.append(((*base, str(v.get("code") or ""), str(v.get("severity") or "")), 1.0))
+    if inst.diagnosis_at is not None:
+        verdict_ts.samples.append((base, inst.diagnosis_at))
+    by_code: dict[tuple[str, str], int] = {}
+    for finding in diag.get("findings") or ():
+        key = (str(finding.get("code") or ""), str(finding.get("severity") or ""))
+        by_code[key] = by_code.get(key, 0) + 1
+    for (code, severity), n in by_code.items():
+        findings.samples.append(((*base, code, severity), float(n)))
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(value: float) -> str:
+    if value != value:
+        return "NaN"
+    if value in (math.inf, -math.inf):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
+
+
+def render_text(families: list[Family]) -> bytes:
+    """The Prometheus text format (0.0.4), as prometheus-client writes it, without its per-sample objects:
+    a label set shared by several metrics (a GPU's) is escaped once."""
+    out: list[str] = []
+    cache: dict[int, str] = {}
+    for fam in families:
+        name = fam.name + "_total" if fam.kind == "counter" else fam.name
+        out.append(f"# HELP {name} {fam.help}\n# TYPE {name} {fam.kind}\n")
+        names = fam.labels
+        for values, value in fam.samples:
+            text = cache.get(id(values))
+            if text is None:
+                text = cache[id(values)] = (
+                    "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in zip(names, values, strict=True)) + "}"
+                    if values else "")
+            out.append(f"{name}{text} {value!r}\n" if value - value == 0 else f"{name}{text} {_number(value)}\n")
+    return "".join(out).encode()
+
+
 class FleetCollector(Collector):
-    """The fleet state as metric families, built per scrape.
+    """The fleet state as prometheus-client metric families, built per scrape (``gather``).
 
     ``counters()`` gives monotonically growing counts kept elsewhere (restarts, transitions, alerts), as
-    ``{metric: {(label values...): value}}`` with each metric's label names in ``counter_labels``.
+    ``{metric: {(label values...): value}}`` with each metric's label names in ``COUNTERS``.
     """
 
     def __init__(self, state: FleetState, counters: Callable[[], dict[str, dict[tuple[str, ...], float]]] | None = None,
@@ -62,87 +186,19 @@ class FleetCollector(Collector):
     def describe(self) -> list[Metric]:
         return []  # no collect() at registration time
 
+    def gather(self) -> list[Family]:
+        return gather(self.state, self.counters() if self.counters is not None else {}, self.clock())
+
     def collect(self) -> Iterator[Metric]:
-        now = self.clock()
-        g = GaugeMetricFamily
-        up = g("fleet_instance_up", "1 when the console's link to the instance is connected", labels=INST)
-        status = g("fleet_instance_status", "1 for the instance's current status", labels=[*INST, "status"])
-        age = g("fleet_instance_data_age_seconds", "seconds since the instance's last data", labels=INST)
-        bench = g("fleet_benchmark_up", "1 when a benchmark process runs (absent: unknown)", labels=INST)
-        verdict = g("fleet_instance_verdict", "1 for the last diagnosis verdict", labels=[*INST, "code", "severity"])
-        verdict_ts = g("fleet_instance_verdict_timestamp_seconds", "when the last diagnosis ran", labels=INST)
-        findings = g("fleet_diagnosis_findings", "findings of the last diagnosis by code",
-                     labels=[*INST, "code", "severity"])
-        lost = g("fleet_gpu_lost", "1 when the GPU is lost or missing from the instance's report", labels=GPU)
-        gauges = [(g("fleet_gpu_" + suffix, text, labels=GPU), key, scale) for suffix, text, key, scale in GPU_GAUGES]
-        proc_mem = g("fleet_process_gpu_memory_bytes", "GPU memory of the benchmark's processes",
-                     labels=[*INST, "gpu", "pid", "process"])
-        totals = g("fleet_instances", "instances by status", labels=["status"])
-        for inst in self.state.instances.values():
-            base = [inst.name, inst.host, ",".join(inst.tags)]
-            up.add_metric(base, 1.0 if inst.link_status == "connected" else 0.0)
-            for s in STATUSES:
-                status.add_metric([*base, s], 1.0 if inst.status == s else 0.0)
-            a = inst.age(now)
-            if a is not None:
-                age.add_metric(base, a)
-            if inst.bench_running is not None:
-                bench.add_metric(base, 1.0 if inst.bench_running else 0.0)
-            self._diagnosis(inst, base, verdict, verdict_ts, findings)
-            bench_pids = _bench_pids(inst)
-            for gpu in inst.gpus.values():
-                labels = [*base, str(gpu.index), str(gpu.static.get("uuid") or ""), str(gpu.static.get("name") or "")]
-                lost.add_metric(labels, 1.0 if gpu.lost or gpu.missing else 0.0)
-                if gpu.lost or gpu.missing:
-                    continue
-                sample: dict[str, Any] = gpu.sample  # type: ignore[assignment]
-                static: dict[str, Any] = gpu.static  # type: ignore[assignment]
-                for family, key, scale in gauges:
-                    value = sample.get(key)
-                    if value is None:
-                        value = static.get(key)
-                    if value is not None:
-                        family.add_metric(labels, value * scale)
-                if bench_pids:
-                    for p in sample.get("procs") or ():
-                        name = bench_pids.get(p.get("pid"))
-                        if name is not None and p.get("mem") is not None:
-                            proc_mem.add_metric([*base, str(gpu.index), str(p["pid"]), name], p["mem"])
-        counts = self.state.totals()
-        for s in STATUSES:
-            totals.add_metric([s], counts[s])
-        yield from (up, status, age, bench, verdict, verdict_ts, findings, lost)
-        yield from (family for family, _, _ in gauges)
-        yield from (proc_mem, totals)
-        yield from self._counters()
-
-    def _counters(self) -> Iterator[Metric]:
-        frames = CounterMetricFamily("fleet_frames", "frames received from the agents")
-        frames.add_metric([], self.state.frames)
-        yield frames
-        values = self.counters() if self.counters is not None else {}
-        for metric, (text, names) in COUNTERS.items():
-            counter = CounterMetricFamily(metric, text, labels=names)
-            for labels, value in values.get(metric, {}).items():
-                counter.add_metric(list(labels), value)
-            yield counter
-
-    @staticmethod
-    def _diagnosis(inst: InstanceState, base: list[str], verdict: GaugeMetricFamily, verdict_ts: GaugeMetricFamily,
-                   findings: GaugeMetricFamily) -> None:
-        diag = inst.diagnosis
-        if not diag:
-            return
-        v = diag.get("verdict") or {}
-        verdict.add_metric([*base, str(v.get("code") or ""), str(v.get("severity") or "")], 1.0)
-        if inst.diagnosis_at is not None:
-            verdict_ts.add_metric(base, inst.diagnosis_at)
-        by_code: dict[tuple[str, str], int] = {}
-        for f in diag.get("findings") or ():
-            key = (str(f.get("code") or ""), str(f.get("severity") or ""))
-            by_code[key] = by_code.get(key, 0) + 1
-        for (code, severity), n in by_code.items():
-            findings.add_metric([*base, code, severity], n)
+        for fam in self.gather():
+            metric: Metric
+            if fam.kind == "counter":
+                metric = CounterMetricFamily(fam.name, fam.help, labels=fam.labels)
+            else:
+                metric = GaugeMetricFamily(fam.name, fam.help, labels=fam.labels)
+            for values, value in fam.samples:
+                metric.add_metric(list(values), value)
+            yield metric
 
 
 # Counter metrics the monitoring keeps: name -> (help, label names).
@@ -172,17 +228,21 @@ def make_registry(collector: Collector) -> CollectorRegistry:
     return registry
 
 
-def render(registry: CollectorRegistry, accept: str = "") -> tuple[bytes, str]:
-    """The exposition text for a scrape (OpenMetrics when the scraper asks for it) and its content type."""
+def render(collector: FleetCollector, registry: CollectorRegistry, accept: str = "") -> tuple[bytes, str]:
+    """The exposition for a scrape and its content type: the text format from ``render_text`` (fast), or
+    OpenMetrics through prometheus-client when the scraper asks for it."""
     encoder, content_type = choose_encoder(accept)
+    if content_type.startswith("text/plain"):
+        return render_text(collector.gather()), content_type
     return encoder(registry), content_type
 
 
 class MetricsServer:
     """``GET /metrics`` (and ``/``, ``/healthz``) on an asyncio server; one request per connection."""
 
-    def __init__(self, registry: CollectorRegistry, host: str = DEFAULT_BIND, port: int = DEFAULT_PORT) -> None:
-        self.registry = registry
+    def __init__(self, collector: FleetCollector, host: str = DEFAULT_BIND, port: int = DEFAULT_PORT) -> None:
+        self.collector = collector
+        self.registry = make_registry(collector)
         self.host = host
         self.port = port
         self._server: asyncio.Server | None = None
@@ -222,7 +282,7 @@ class MetricsServer:
                 await _respond(writer, 405, b"only GET\n", "text/plain", method)
             elif path == "/metrics":
                 started = time.perf_counter()
-                body, ctype = render(self.registry, headers.get("accept", ""))
+                body, ctype = render(self.collector, self.registry, headers.get("accept", ""))
                 self.last_scrape_seconds = time.perf_counter() - started
                 self.scrapes += 1
                 extra = {}

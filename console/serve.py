@@ -273,10 +273,10 @@ class Monitoring:
             self.alerts.start()
             log.info("%d alert rules, %d webhooks", len(rules), len(self.alerts.senders))
         if self.metrics_at is not None:
-            from console.metrics import FleetCollector, MetricsServer, make_registry
+            from console.metrics import FleetCollector, MetricsServer
 
-            registry = make_registry(FleetCollector(self.state, lambda: self.counters, clock=self.state.clock))
-            self.server = MetricsServer(registry, *self.metrics_at)
+            collector = FleetCollector(self.state, lambda: self.counters, clock=self.state.clock)
+            self.server = MetricsServer(collector, *self.metrics_at)
             await self.server.start()
             log.info("metrics on %s", self.server.url)
         self._task = asyncio.get_running_loop().create_task(self._ticker(), name="monitoring")

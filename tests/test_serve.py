@@ -185,3 +185,33 @@ def test_serve_demo_metrics_and_sigterm(tmp_path: Path) -> None:
     assert lines[-1].endswith("INFO  stopped")
     assert (tmp_path / "state" / "history.sqlite3").exists()
     assert (tmp_path / "rec.gz").stat().st_size > 0
+
+
+def test_the_fast_text_is_what_prometheus_client_writes(tmp_path: Path) -> None:
+    """``render_text`` (the scrape path) and prometheus-client's encoder give the same samples."""
+    from prometheus_client import generate_latest
+
+    from console.inventory import Instance
+    from console.metrics import FleetCollector, make_registry, render_text
+    from console.state import FleetState
+
+    state = FleetState()
+    for n in range(3):
+        name = f'b"x\\{n}'  # escaping
+        state.add_instance(Instance(name=name, host="h", tags=("a", "b")))
+        state.set_link_status(name, "connected", "")
+        state.apply_frame(name, {"type": "gpu", "ts": 1.0, "state": "ok", "full": True, "devices": [
+            {"index": 0, "util": 7, "mem_used": 5, "mem_total": 10, "temp": 50, "power": 99.5, "name": "G\nX",
+             "uuid": "GPU-1", "lost": False, "error": None, "procs": []},
+            {"index": 1, "lost": True, "error": "gone", "procs": []}]})
+    collector = FleetCollector(state, lambda: {"fleet_restarts": {('b"x\\0', "h", "ok"): 2.0}})
+
+    def parse(text: bytes) -> dict:
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for f in text_string_to_metric_families(text.decode()) for s in f.samples}
+
+    fast, slow = parse(render_text(collector.gather())), parse(generate_latest(make_registry(collector)))
+    age = [k for k in fast if k[0] == "fleet_instance_data_age_seconds"]
+    for k in age:  # the clock moved between the two
+        assert abs(fast.pop(k) - slow.pop(k)) < 5
+    assert fast == slow and len(fast) > 40
