@@ -215,3 +215,16 @@ def test_the_fast_text_is_what_prometheus_client_writes(tmp_path: Path) -> None:
     for k in age:  # the clock moved between the two
         assert abs(fast.pop(k) - slow.pop(k)) < 5
     assert fast == slow and len(fast) > 40
+
+
+def test_the_dashboard_and_the_alert_rules_use_metrics_that_exist() -> None:
+    from console.metrics import gather
+    from console.state import FleetState
+
+    names = set()
+    for fam in gather(FleetState(), {}, 0.0):
+        names.add(fam.name + "_total" if fam.kind == "counter" else fam.name)
+    for doc in ("docs/grafana-dashboard.json", "docs/alert-rules.yml", "docs/monitoring.md"):
+        used = set(re.findall(r"\bfleet_[a-z_]+[a-z]\b", (ROOT / doc).read_text()))
+        used = {u for u in used if not u.startswith("fleet_console")}
+        assert used and used <= names, (doc, used - names)
