@@ -25,6 +25,7 @@ class Status:
 
 
 FAILED: Final = "failed"
+NEEDS_ACTION: Final = "needs_action"
 UNREACHABLE: Final = "unreachable"
 BENCHMARK_DOWN: Final = "benchmark_down"
 STALE: Final = "stale"
@@ -35,12 +36,14 @@ OK: Final = "ok"
 # Worst first: the order is the rank.
 TABLE: Final[tuple[Status, ...]] = (
     Status(FAILED, 0, "FAILED", "error", trouble=True, failing=True),
-    Status(UNREACHABLE, 1, "UNREACHABLE", "error", trouble=True, failing=True),
-    Status(BENCHMARK_DOWN, 2, "BENCH DOWN", "warning", trouble=True, failing=True),
-    Status(STALE, 3, "STALE", "status-stale", trouble=True, failing=False),
-    Status(GPU_IDLE, 4, "GPU IDLE", "status-idle", trouble=True, failing=False),
-    Status(CONNECTING, 5, "CONNECTING", "status-connecting", trouble=False, failing=False),
-    Status(OK, 6, "OK", "success", trouble=False, failing=False),
+    # a key, known_hosts entry or file on this side to fix: retrying alone will not help, the operator must act
+    Status(NEEDS_ACTION, 1, "NEEDS ACTION", "warning", trouble=True, failing=True),
+    Status(UNREACHABLE, 2, "UNREACHABLE", "error", trouble=True, failing=True),
+    Status(BENCHMARK_DOWN, 3, "BENCH DOWN", "warning", trouble=True, failing=True),
+    Status(STALE, 4, "STALE", "status-stale", trouble=True, failing=False),
+    Status(GPU_IDLE, 5, "GPU IDLE", "status-idle", trouble=True, failing=False),
+    Status(CONNECTING, 6, "CONNECTING", "status-connecting", trouble=False, failing=False),
+    Status(OK, 7, "OK", "success", trouble=False, failing=False),
 )
 BY_NAME: Final[dict[str, Status]] = {s.name: s for s in TABLE}
 STATUSES: Final[tuple[str, ...]] = tuple(s.name for s in TABLE)
@@ -71,6 +74,12 @@ LINK_LABELS: Final[dict[str, str]] = {
     "closed": "link closed",
 }
 BAD_LINK: Final[frozenset[str]] = frozenset(LINK_LABELS)
+# The derived status of each bad link status: what the operator must fix here is NEEDS ACTION, the rest UNREACHABLE.
+LINK_DERIVED: Final[dict[str, str]] = {
+    link: NEEDS_ACTION if link in ("auth_failed", "needs_action", "hostkey_unknown", "hostkey_changed",
+                                   "hostkey_mismatch") else UNREACHABLE
+    for link in LINK_LABELS
+}
 LINK_STATUSES: Final[frozenset[str]] = frozenset((LINK_CONNECTING, LINK_CONNECTED)) | BAD_LINK
 
 

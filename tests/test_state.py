@@ -272,7 +272,7 @@ def test_statuses_ordering_and_worse_events() -> None:
         "ok1": "ok",
         "idle": "gpu_idle",
         "down": "benchmark_down",
-        "dead": "unreachable",
+        "dead": "needs_action",  # a changed host key: the operator must act, retrying will not help (issue 13)
         "sick": "failed",
         "slow": "stale",
     }
@@ -281,7 +281,7 @@ def test_statuses_ordering_and_worse_events() -> None:
     assert [i.name for i in state.ordered()] == ["sick", "dead", "down", "slow", "idle", "ok1"]
     events = {(n, old, new) for n, old, new, _ in state.take_events()}
     assert ("sick", "ok", "failed") in events and ("slow", "ok", "stale") in events
-    assert ("idle", "ok", "gpu_idle") in events and ("dead", "connecting", "unreachable") in events
+    assert ("idle", "ok", "gpu_idle") in events and ("dead", "connecting", "needs_action") in events
     assert state.take_events() == []
     totals = state.totals()
     assert totals["instances"] == 6 and totals["failing"] == 3 and totals["gpus"] == 10
@@ -444,3 +444,16 @@ def test_real_agent_frames_feed_the_state(tmp_path: Path) -> None:
     assert inst.simulated and "simulated GPUs" in inst.flags()
     assert inst.procs and inst.logs[str(log)].lines[-1] == (30, "step 30")
     assert inst.last_log == (str(log), 30, "step 30")
+
+
+def test_problems_to_fix_on_this_side_are_needs_action_not_unreachable() -> None:
+    state, _ = make_state("keyless", "unknown", "down")
+    state.set_link_status("keyless", "needs_action", "key file /root/.ssh/missing not found")
+    state.set_link_status("unknown", "hostkey_unknown", "ssh-ed25519 SHA256:abc")
+    state.set_link_status("down", "unreachable", "Connection refused")
+    got = {n: (i.status, i.status_detail) for n, i in state.instances.items()}
+    assert got["keyless"] == ("needs_action", "needs action: key file /root/.ssh/missing not found")
+    assert got["unknown"] == ("needs_action", "unknown host key: ssh-ed25519 SHA256:abc")
+    assert got["down"][0] == "unreachable"
+    assert state.totals()["needs_action"] == 2 and state.totals()["failing"] == 3
+    assert [i.name for i in state.ordered()] == ["keyless", "unknown", "down"]
