@@ -107,8 +107,8 @@ def test_an_alert_row_becomes_a_rule(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("text", "expected"), [
     ('[[alert]]\nname = "X"\nstatuses = ["okk"]\nbell = true\n',
-     "F:7: alert 'X': statuses must be a status or a list of them: failed, unreachable, benchmark_down, stale, "
-     "gpu_idle, connecting, ok, not ['okk']"),
+     "F:7: alert 'X': statuses must be a status or a list of them: failed, needs_action, unreachable, "
+     "benchmark_down, stale, gpu_idle, connecting, ok, not ['okk']"),
     ('[[alert]]\nname = "X"\nbell = true\n', "F:5: alert 'X': needs statuses = [...] or verdicts = [...] "
      "(what to alert on)"),
     ('[[alert]]\nname = "X"\nstatuses = "failed"\n', 'F:5: alert \'X\': needs webhook = "http://..." or '
@@ -134,6 +134,15 @@ def test_an_alert_row_becomes_a_rule(tmp_path: Path) -> None:
 ])
 def test_bad_alert_rows_are_one_line_with_file_and_line(tmp_path: Path, text: str, expected: str) -> None:
     assert error(tmp_path, text) == expected
+
+
+def test_the_alert_statuses_are_the_status_table() -> None:
+    import typing
+
+    from console.inventory.schema import StatusName
+    from console.status import STATUSES
+
+    assert set(typing.get_args(StatusName)) == set(STATUSES)
 
 
 # -- on a real fleet ------------------------------------------------------------------------------------------

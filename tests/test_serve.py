@@ -169,7 +169,9 @@ def test_serve_demo_metrics_and_sigterm(tmp_path: Path) -> None:
             time.sleep(0.5)
         else:
             pytest.fail("serve --demo never showed 2 instances up with GPUs:\n" + (tmp_path / "serve.err").read_text())
-        assert len(pick(samples, "fleet_instance_status")) == 2 * 7  # one series per status per instance
+        from console.status import STATUSES
+
+        assert len(pick(samples, "fleet_instance_status")) == 2 * len(STATUSES)  # a series per status and instance
         assert sum(pick(samples, "fleet_instance_status")) == 2.0
         assert sum(pick(samples, "fleet_instances")) == 2.0
         assert all(0 <= v <= 100 for v in pick(samples, "fleet_gpu_utilization_percent"))

@@ -58,7 +58,8 @@ DESCRIPTIONS = {
     "signature": "[[signature]] tables",
     "import": "[[import]] tables",
     "alert": "[[alert]] tables",
-    "statuses": "a status or a list of them: failed, unreachable, benchmark_down, stale, gpu_idle, connecting, ok",
+    "statuses": "a status or a list of them: failed, needs_action, unreachable, benchmark_down, stale, gpu_idle, "
+    "connecting, ok",
     "verdicts": "a verdict code or a list of them, like [\"oom\", \"benchmark_not_running\"]",
     "instances": "a name pattern (\"vast-*\") or a list of them",
     "webhook": "an http:// or https:// URL or a list of them",
@@ -144,7 +145,8 @@ class ImportRow(Struct, forbid_unknown_fields=True, omit_defaults=True):
 
 
 # -- [[alert]] (console/alerts.py evaluates them) ------------------------------------------------------
-StatusName = Literal["failed", "unreachable", "benchmark_down", "stale", "gpu_idle", "connecting", "ok"]
+# the status table's names (console/status.py; tests/test_alerts.py keeps the two the same)
+StatusName = Literal["failed", "needs_action", "unreachable", "benchmark_down", "stale", "gpu_idle", "connecting", "ok"]
 AlertFor = Annotated[float, Meta(ge=0, le=86400, description="a number of seconds from 0 to 86400")]
 AlertRepeat = Annotated[float, Meta(ge=0, le=604800, description="a number of seconds from 0 (never) to 604800")]
 WebhookUrl = Annotated[
