@@ -479,3 +479,35 @@ def test_fleet_signature_rows_add_to_the_table(tmp_path: Path) -> None:
                              "explanation": "the prover's license was refused"}]}
     verdict = dg.analyze(facts)["verdict"]
     assert verdict["code"] == "license_denied" and "license server" in verdict["summary"]
+
+
+def test_the_console_diagnoses_an_instance_once_when_it_enters_trouble() -> None:
+    """controller.auto_candidates: on entering trouble, connected with an agent, rate-limited per instance,
+    never while a diagnosis is in flight on its host."""
+    import asyncio
+
+    from console.controller import AUTO_DIAGNOSE_EVERY, FleetController
+    from console.inventory import Fleet, Instance
+
+    async def run() -> None:
+        ctl = FleetController(Fleet([Instance("a", "10.0.0.1"), Instance("b", "10.0.0.1")]))
+        ctl.links = {"a": None, "b": None}  # type: ignore[dict-item]  # no link is started: only the choice
+        a, b = ctl.state.instances["a"], ctl.state.instances["b"]
+        for inst in (a, b):
+            inst.link_status, inst.status = "connected", "ok"
+        assert ctl.auto_candidates(now=1000.0) == []
+        a.status = "benchmark_down"
+        assert ctl.auto_candidates(now=1000.0) == ["a"]
+        ctl._auto_last["a"] = 1000.0
+        assert ctl.auto_candidates(now=1001.0) == []  # still in trouble: not again
+        a.status = "ok"
+        ctl.auto_candidates(now=1002.0)
+        a.status = "gpu_idle"
+        assert ctl.auto_candidates(now=1003.0) == []  # rate-limited
+        a.status, b.status = "ok", "benchmark_down"
+        ctl.auto_candidates(now=1000.0 + AUTO_DIAGNOSE_EVERY)
+        a.status = "benchmark_down"
+        async with ctl._host_lock("b"):  # one diagnosis in flight on the host: none more
+            assert ctl.auto_candidates(now=1001.0 + AUTO_DIAGNOSE_EVERY) == []
+
+    asyncio.run(run())
