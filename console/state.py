@@ -34,9 +34,10 @@ from console.agent.protocol import (
     ProcsFrame,
     ResultFrame,
 )
+from console.agent.restart import RESTART_MARKER
 from console.agent.timefmt import fmt_age as format_age  # one age format for the console and the diagnosis
 from console.inventory import Instance
-from console.status import BAD_LINK, FAILING, LINK_LABELS, RANK, STATUSES
+from console.status import BAD_LINK, FAILING, LINK_DERIVED, LINK_LABELS, RANK, STATUSES
 from console.status import rank as status_rank
 
 HISTORY_SECONDS = 600  # GPU util history: 10 minutes at 1 Hz
@@ -50,6 +51,7 @@ STALE_FACTOR = 3.0
 IDLE_UTIL = 5  # % at or under which a GPU counts as idle
 IDLE_WINDOW = 30  # samples (seconds) of idleness before an instance is "gpu_idle"
 BUSY_UTIL = 10  # % from which a GPU counts as busy in the fleet totals
+FLAP_WINDOW = 600.0  # seconds: reconnects counted in the pane's flap counter
 
 BAD_SEVERITIES = frozenset(("error", "critical"))
 BENCH_DOWN_CODES = frozenset(("benchmark_down", "benchmark_not_running", "not_running", "bench_down"))
@@ -188,6 +190,13 @@ class InstanceState:
         self.entry_started: Optional[float] = None  # start (host clock) of the youngest live entrypoint
         self.bench_seen_under: Optional[float] = None  # entry_started when a benchmark process was last seen
         self.clock_offset = 0.0
+        # A verdict is a snapshot: a restart, benchmark processes younger than it, or its log starting over
+        # (the agent's restart marker, a rotation) make it history (kept for the Diagnosis tab, not counted).
+        self.restarted_at: Optional[float] = None  # console clock of the last restart sent from here
+        self.bench_started: Optional[float] = None  # start (host clock) of the oldest live benchmark process
+        self.bench_log: Optional[str] = getattr(getattr(instance, "benchmark", None), "log", None) or None
+        self.log_moved_on = False  # the benchmark's log started over since the verdict
+        self.reconnects: Deque[float] = deque(maxlen=64)  # console clock of each reconnect (flap counter)
 
     # -- derived views --------------------------------------------------------------------------
     @property
@@ -253,9 +262,29 @@ class InstanceState:
                 best, best_key = rec, key
         return best
 
+    def diagnosis_counts(self) -> bool:
+        """Whether the verdict still describes this run (see ``restarted_at``)."""
+        at = self.diagnosis_at
+        if not self.diagnosis or at is None or self.log_moved_on:
+            return False
+        if self.restarted_at is not None and self.restarted_at >= at:
+            return False
+        return self.bench_started is None or self.bench_started - self.clock_offset <= at
+
+    def restart_note(self, now: float) -> str:
+        """``restarted 40s ago`` from a restart until the next verdict ("" otherwise)."""
+        at = self.restarted_at
+        if at is None or (self.diagnosis_at is not None and self.diagnosis_at > at):
+            return ""
+        return "restarted %s ago" % format_age(max(0.0, now - at))
+
+    def flaps(self, now: float) -> int:
+        """Reconnects within the last ``FLAP_WINDOW`` seconds."""
+        return sum(1 for t in self.reconnects if now - t <= FLAP_WINDOW)
+
     def diagnosis_failed(self) -> bool:
         diag = self.diagnosis
-        if not diag:
+        if not diag or not self.diagnosis_counts():
             return False
         verdict = diag.get("verdict") or {}
         if verdict.get("severity") in BAD_SEVERITIES:
@@ -264,7 +293,7 @@ class InstanceState:
 
     def diagnosis_bench_down(self) -> bool:
         diag = self.diagnosis
-        if not diag:
+        if not diag or not self.diagnosis_counts():
             return False
         codes = {(diag.get("verdict") or {}).get("code")}
         codes.update(f.get("code") for f in diag.get("findings") or () if f.get("severity") not in (None, "info"))
@@ -290,7 +319,7 @@ def _derive(inst: InstanceState, now: float) -> Tuple[str, str]:
     if link in BAD_LINK:
         label = LINK_LABELS.get(link, link)
         detail = label + (": " + inst.link_detail if inst.link_detail else "")
-        return "unreachable", detail
+        return LINK_DERIVED.get(link, "unreachable"), detail
     if link != "connected":
         return "connecting", inst.link_detail or ("reconnecting" if inst.ever_connected else "")
     if inst.diagnosis_failed():
@@ -369,7 +398,7 @@ class FleetState:
                 # Compare with the last settled status, so a host that keeps failing to reconnect
                 # (unreachable -> connecting -> unreachable ...) reports once, not on every retry.
                 before = inst.settled_status
-                first_bad = before is None and status in ("unreachable", "failed")
+                first_bad = before is None and status in ("unreachable", "needs_action", "failed")
                 if first_bad or (before is not None and RANK[status] < RANK.get(before, 99)):
                     self._events.append((inst.name, before or old, status, detail))
                 inst.settled_status, inst.settled_detail = status, detail
@@ -398,6 +427,8 @@ class FleetState:
         if inst is None:
             return
         now = self.clock()
+        if status == "connected" and inst.ever_connected and inst.link_status != "connected":
+            inst.reconnects.append(now)
         inst.link_status = status
         inst.link_detail = detail or ""
         if status == "connected":
@@ -415,6 +446,7 @@ class FleetState:
         now = self.clock()
         inst.diagnosis = data
         inst.diagnosis_at = now if data is not None else None
+        inst.log_moved_on = False
         self._touch(inst, now)
         self._rederive(inst, now)
 
@@ -425,6 +457,16 @@ class FleetState:
         lines = [str(x) for x in (data.get("lines") or [])][-MAX_PROBE_LINES:]
         inst.probes[probe] = {"title": data.get("title") or probe, "lines": lines, "at": self.clock()}
         self._touch(inst, self.clock())
+
+    def note_restart(self, name: str) -> None:
+        """A restart was sent: the verdict before it no longer counts; the pane says "restarted Ns ago"."""
+        inst = self.instances.get(name)
+        if inst is None:
+            return
+        now = self.clock()
+        inst.restarted_at = now
+        self._touch(inst, now)
+        self._rederive(inst, now)
 
     def tick(self, now: Optional[float] = None) -> None:
         """Re-derive time-based states; stale panes are marked dirty so their age keeps counting."""
@@ -572,7 +614,12 @@ def _on_procs(inst: InstanceState, raw: Frame, now: float) -> None:
             procs.pop(pid, None)
     inst.procs_version += 1
     if inst.bench_patterns:  # the agent's one matching rule: the program, never its arguments
-        inst.bench_running = any(matches_program(rec, inst.bench_patterns) for rec in procs.values())
+        bench = [float(rec.get("start") or 0.0) for rec in procs.values() if matches_program(rec, inst.bench_patterns)]
+        inst.bench_running = bool(bench)
+        inst.bench_started = min(bench) if bench else None  # a verdict older than this run stops counting
+        ts = frame.get("ts")
+        if isinstance(ts, (int, float)) and ts:
+            inst.clock_offset = float(ts) - now  # the host's clock minus ours: process start times are theirs
     if inst.entry_patterns:
         starts = [float(rec.get("start") or 0.0) for rec in procs.values() if matches_program(rec, inst.entry_patterns)]
         inst.entry_started = max(starts) if starts else None
@@ -593,7 +640,11 @@ def _on_log(inst: InstanceState, raw: Frame, now: float) -> None:
             del inst.logs[oldest.path]
         ring = inst.logs[path] = LogRing(path)
     lines = frame.get("lines") or []
-    ring.add(frame.get("first_line"), lines, frame.get("event"), now)
+    event = frame.get("event")
+    ring.add(frame.get("first_line"), lines, event, now)
+    if (inst.diagnosis is not None and path == inst.bench_log and not frame.get("backlog")
+            and (event in ("created", "rotated", "truncated") or any(t.startswith(RESTART_MARKER) for t in lines))):
+        inst.log_moved_on = True  # the benchmark's log started over: the verdict is history
     if lines:
         last = ring.last
         if last is not None:

@@ -263,3 +263,87 @@ def test_the_palette_follows_the_theme() -> None:
     assert style_of(render(inst, 80, True, clock.now, dark), " OK ") == dark.badge["ok"]
     assert style_of(render(inst, 80, True, clock.now, light), " OK ") == light.badge["ok"]
     assert dark.badge["ok"] != light.badge["ok"]
+
+
+FAILING_VERDICT = {"code": "broken_pipe", "severity": "error", "summary": "transport error: broken pipe"}
+
+
+def benchmark_box() -> tuple[FleetState, InstanceState, Clock]:
+    """A live instance whose benchmark (bench.py, started 100 s ago on the host's clock) got a failing verdict."""
+    state, inst, clock = live(benchmark=BenchmarkSpec(match=(r"bench\.py",), log="/tmp/bench.log"))
+    old = dict(proc(31337, gpu_mem=12 * GIB), start=clock.now - 100)
+    state.apply_frame("gpu-box", {"type": "procs", "ts": clock.now, "full": True, "procs": [old]})
+    state.set_diagnosis("gpu-box", {"verdict": FAILING_VERDICT, "findings": [], "steps": []})
+    assert inst.status == "failed"
+    return state, inst, clock
+
+
+def test_a_restart_clears_the_verdict_and_the_pane_says_restarted_until_the_next_verdict() -> None:
+    state, inst, clock = benchmark_box()
+    clock.now += 5
+    state.note_restart("gpu-box")
+    assert inst.status != "failed" and "transport error" not in inst.status_detail
+    assert state.totals()["failed"] == 0
+    clock.now += 40
+    state.apply_frame("gpu-box", {"type": "heartbeat", "ts": 0, "seq": 9, "samples": 9, "sent": 0})
+    state.tick()
+    lines = texts(render(inst, 80, True, clock.now))
+    assert " FAILED " not in lines[0] and "restarted 40s ago" in "\n".join(lines)
+    boxed = "\n".join(texts(render(inst, 120, False, clock.now)))
+    assert "restarted 40s ago" in boxed
+    state.set_diagnosis("gpu-box", {"verdict": {"code": "healthy", "severity": "info", "summary": "ok"}})
+    assert "restarted" not in "\n".join(texts(render(inst, 80, True, clock.now)))
+
+
+def test_a_verdict_stops_counting_once_the_benchmark_processes_started_after_it() -> None:
+    state, inst, clock = benchmark_box()
+    clock.now += 30
+    new = dict(proc(40001, gpu_mem=12 * GIB), start=clock.now - 2)  # restarted by someone else
+    state.apply_frame("gpu-box", {"type": "procs", "ts": clock.now, "full": False, "upsert": [new], "gone": [31337]})
+    assert inst.status == "ok"
+    assert inst.diagnosis is not None  # kept for the Diagnosis tab, no longer counted
+
+
+def test_a_verdict_stops_counting_once_the_benchmark_log_moved_on() -> None:
+    state, inst, clock = benchmark_box()
+    clock.now += 10
+    frame = {"type": "log", "ts": 0, "path": "/tmp/bench.log", "first_line": 2, "backlog": False, "event": None,
+             "lines": ["[fleet-agent] benchmark restarted at 2024-05-01T12:00:00+0000", "loading params"]}
+    state.apply_frame("gpu-box", frame)
+    assert inst.status != "failed"
+
+
+def test_new_error_lines_in_the_log_keep_the_verdict() -> None:
+    state, inst, clock = benchmark_box()
+    clock.now += 10
+    frame = {"type": "log", "ts": 0, "path": "/tmp/bench.log", "first_line": 2, "backlog": False, "event": None,
+             "lines": ["ERROR CUDA error: out of memory"]}
+    state.apply_frame("gpu-box", frame)
+    assert inst.status == "failed"
+
+
+@pytest.mark.parametrize("compact", [True, False])
+def test_an_unreachable_host_dims_its_last_numbers_and_says_how_old_they_are(compact: bool) -> None:
+    state, inst, clock = live()
+    pal = Palette.from_theme(DARK)
+    needle = "45%" if compact else "40%"  # the mean util, or GPU 0's
+    live_style = style_of(render(inst, 120, compact, clock.now, pal), needle)
+    clock.now += 125
+    state.set_link_status("gpu-box", "unreachable", "Connection refused")
+    strips = render(inst, 120, compact, clock.now, pal)
+    text = "\n".join(texts(strips))
+    assert "last seen 2m 05s ago" in text
+    assert style_of(strips, needle) != live_style and style_of(strips, needle).color == pal.dim.color
+
+
+def test_a_host_that_keeps_reconnecting_shows_a_flap_counter() -> None:
+    state, inst, clock = live()
+    for _ in range(3):
+        clock.now += 20
+        state.set_link_status("gpu-box", "unreachable", "Connection reset")
+        clock.now += 5
+        state.set_link_status("gpu-box", "connected", "")
+    text = "\n".join(texts(render(inst, 80, True, clock.now)))
+    assert "flapped 3x" in text
+    clock.now += 3600
+    assert "flapped" not in "\n".join(texts(render(inst, 80, True, clock.now)))

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import time
+from typing import Optional
+
 from rich.text import Text
 
+from console.agent.timefmt import fmt_age as format_age
 from console.state import InstanceState
+from console.status import STALE, UNREACHABLE, badge
 
 from .render import bar, pct, size, sparkline, tail
 
@@ -19,12 +24,18 @@ FIELDS = (
 )
 
 
-def gpu_detail(inst: InstanceState, width: int = 80) -> Text:
+def gpu_detail(inst: InstanceState, width: int = 80, now: Optional[float] = None) -> Text:
+    """The GPU tab; a host not heard from (unreachable, stale) shows its last figures dim, with their age."""
     text = Text()
+    old = inst.status in (UNREACHABLE, STALE) and inst.last_frame is not None
     head = "GPU state: %s" % (inst.gpu_state or "no data yet")
     if inst.gpu_driver:
         head += "  driver %s" % inst.gpu_driver
-    text.append(head, "bold")
+    if old:
+        age = format_age(max(0.0, (time.time() if now is None else now) - (inst.last_frame or 0.0)))
+        text.append("%s: last seen %s ago, not live\n" % (badge(inst.status), age), "bold reverse")
+        head = head.replace("GPU state:", "GPU state (then):")
+    text.append(head, "dim" if old else "bold")
     if inst.simulated:
         text.append("  SIMULATED GPUs", "bold reverse")
     if inst.agentless:
@@ -36,6 +47,7 @@ def gpu_detail(inst: InstanceState, width: int = 80) -> Text:
         text.append("No NVIDIA GPU / driver on this instance.\n")
         return text
     spark_w = max(10, min(120, width - 24))
+    start = len(text)
     for gpu in sorted(inst.gpus.values(), key=lambda g: g.index):
         name = gpu.static.get("name") or "?"
         text.append("\n[%d] %s" % (gpu.index, name), "bold")
@@ -76,4 +88,6 @@ def gpu_detail(inst: InstanceState, width: int = 80) -> Text:
             text.append(
                 "  processes: " + ", ".join("%s (%s)" % (p.get("pid"), size(p.get("mem"))) for p in procs) + "\n"
             )
+    if old:
+        text.stylize("dim", start)
     return text

@@ -9,13 +9,14 @@ per GPU, the busiest process, the last log line).
 
 from __future__ import annotations
 
+import time
 from typing import Iterable, List, Optional
 
 from textual.strip import Strip
 
 from console.agent.protocol import ProcRecord
 from console.agent.timefmt import fmt_age as format_age
-from console.state import GpuState, InstanceState
+from console.state import FLAP_WINDOW, GpuState, InstanceState
 from console.status import BENCHMARK_DOWN, CONNECTING, FAILED, STALE, UNREACHABLE, badge
 
 from .palette import Palette
@@ -24,6 +25,8 @@ from .render import Line, bar, pct, size, sparkline, tail
 MAX_GPU_LINES = 8  # boxed pane: GPU lines shown, then "+N more GPUs"
 COMPACT_HEIGHT = 2
 _REASON_FIRST = frozenset((UNREACHABLE, FAILED, BENCHMARK_DOWN, STALE))  # their detail replaces process/log
+_OLD_NUMBERS = frozenset((UNREACHABLE, STALE))  # their GPU figures are the last ones seen: drawn dim, with an age
+FLAPS_SHOWN = 2  # reconnects within state.FLAP_WINDOW from which the pane shows "flapped Nx"
 
 
 def badge_text(inst: InstanceState, now: float) -> str:
@@ -34,6 +37,26 @@ def badge_text(inst: InstanceState, now: float) -> str:
         if age is not None:
             label += " " + format_age(age)
     return label
+
+
+def notes(inst: InstanceState, now: float) -> List[str]:
+    """Time-bound notes beside the flags: ``restarted 40s ago`` (until the next verdict), ``flapped 3x``."""
+    out = []
+    restarted = inst.restart_note(now)
+    if restarted:
+        out.append(restarted)
+    flaps = inst.flaps(now)
+    if flaps >= FLAPS_SHOWN:
+        out.append("flapped %dx" % flaps)
+    return out
+
+
+def ages(inst: InstanceState, now: Optional[float] = None) -> bool:
+    """Whether the pane's text changes with the clock alone (the grid repaints it each second)."""
+    if inst.status in _OLD_NUMBERS:
+        return True
+    now = time.time() if now is None else now
+    return bool(inst.restart_note(now)) or bool(inst.reconnects and now - inst.reconnects[-1] <= FLAP_WINDOW + 1)
 
 
 def pane_height(inst: InstanceState, compact: bool) -> int:
@@ -90,12 +113,15 @@ def compact_lines(
     flags = inst.flags()
     if flags:
         line1.append(" " + ", ".join(flags), pal.warn if inst.lost_gpus else pal.dim)
+    extra = notes(inst, now)
+    if extra:
+        line1.append(" " + ", ".join(extra), pal.warn)
     line1.append(" ")
     rest = w - line1.cell_len
     if rest > 12:
         line1.append_text(gpu_summary(inst, pal, rest))
     line2 = Line("  ")
-    detail = detail_line(inst, pal)
+    detail = detail_line(inst, pal, now)
     if detail is not None:
         line2.append_text(detail)
     else:
@@ -158,15 +184,19 @@ def boxed_lines(
     flags = inst.flags()
     if flags:
         sub.append(" " + ", ".join(flags), pal.warn if inst.lost_gpus else pal.demo if inst.simulated else pal.dim)
-    detail = detail_line(inst, pal)
+    extra = notes(inst, now)
+    if extra:
+        sub.append(" " + ", ".join(extra), pal.warn)
+    detail = detail_line(inst, pal, now)
     if detail is not None:
         sub = detail
     out.append(boxed(sub))
     gpus = sorted(inst.gpus.values(), key=lambda g: g.index)
     if not gpus:
         out.append(boxed(gpu_summary(inst, pal, inner)))
+    old = inst.status in _OLD_NUMBERS
     for gpu in gpus[:MAX_GPU_LINES]:
-        out.append(boxed(gpu_line(gpu, pal, inner)))
+        out.append(boxed(gpu_line(gpu, pal, inner, old=old)))
     if len(gpus) > MAX_GPU_LINES:
         out.append(boxed(Line("+%d more GPUs" % (len(gpus) - MAX_GPU_LINES), pal.dim)))
     topp = inst.busiest_process()
@@ -183,10 +213,13 @@ def boxed_lines(
     return out[:height]
 
 
-def detail_line(inst: InstanceState, pal: Palette) -> Optional[Line]:
-    """For trouble states, the reason beats the process/log line."""
+def detail_line(inst: InstanceState, pal: Palette, now: Optional[float] = None) -> Optional[Line]:
+    """For trouble states, the reason beats the process/log line; an unreachable host's numbers get their age."""
     if inst.status in _REASON_FIRST and inst.status_detail:
-        return Line(inst.status_detail, pal.status.get(inst.status, pal.name))
+        line = Line(inst.status_detail, pal.status.get(inst.status, pal.name))
+        if inst.status == UNREACHABLE and inst.last_frame is not None and now is not None:
+            line.append(" · last seen %s ago" % format_age(max(0.0, now - inst.last_frame)), pal.dim)
+        return line
     if inst.status == CONNECTING:
         return Line(inst.status_detail or "connecting…", pal.dim)
     return None
@@ -199,26 +232,32 @@ def gpu_summary(inst: InstanceState, pal: Palette, width: int) -> Line:
         if inst.gpu_state not in ("no_gpu", "error"):  # those two are already in the pane's flags
             text.append("no GPU data yet", pal.dim)
         return text
+    old = inst.status in _OLD_NUMBERS  # the last figures seen, not live ones: dim
     gpus = list(inst.gpus.values())
     live = [g for g in gpus if not (g.lost or g.missing)]
     utils = [g.util for g in live if g.util is not None]
     avg = sum(utils) / len(utils) if utils else None
     text.append("%dxGPU " % len(gpus), pal.dim)
-    text.append(pct(avg), pal.util)
+    text.append(pct(avg), pal.dim if old else pal.util)
     mems = [g.mem_fraction for g in live if g.mem_fraction is not None]
     mem = sum(mems) / len(mems) if mems else None
     text.append(" mem ", pal.dim)
-    text.append(pct(None if mem is None else mem * 100), pal.mem)
+    text.append(pct(None if mem is None else mem * 100), pal.dim if old else pal.mem)
     spark_w = max(0, width - text.cell_len - 1)
     if spark_w >= 4 and live:
         hist = mean_history(live, spark_w)
         text.append(" ")
-        text.append(sparkline(hist, spark_w), pal.spark)
+        text.append(sparkline(hist, spark_w), pal.dim if old else pal.spark)
     return text
 
 
-def gpu_line(gpu: GpuState, pal: Palette, width: int) -> Line:
-    """One GPU: index, util bar and %, memory bar and %, util sparkline, temperature (warn from 85°)."""
+def gpu_line(gpu: GpuState, pal: Palette, width: int, old: bool = False) -> Line:
+    """One GPU: index, util bar and %, memory bar and %, util sparkline, temperature (warn from 85°);
+    ``old``: the last figures of a host not heard from, all dim."""
+    if old:
+        line = gpu_line(gpu, pal, width)
+        line.parts = [(t, pal.dim) for t, _ in line.parts]  # nothing in it reads as live
+        return line
     text = Line("%d " % gpu.index, pal.dim)
     if gpu.lost or gpu.missing:
         text.append("LOST", pal.badge[FAILED])
