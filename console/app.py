@@ -30,13 +30,26 @@ from widgets.fleet_grid import FleetGrid
 from widgets.help_screen import HelpScreen
 from widgets.instance_screen import InstanceScreen
 from widgets.messages import OpenInstance, SelectionChanged
+from widgets.pane import ages as pane_ages
 from widgets.probe_menu import ProbeMenu
 
 FRAME_INTERVAL = 0.25  # seconds between repaints (4 Hz)
 TICK_INTERVAL = 1.0  # seconds between re-derivations of time-based states (stale, idle)
 DEMO_BANNER = "DEMO fleet — simulated GPUs"
-MAX_NOTIFY_EVENTS = 4
-SMALL_SCREEN_ROWS = 40  # below this many rows only the newest notification is shown
+MAX_NOTIFY_EVENTS = 3  # instances named in one "got worse" toast, then "+N more"
+SMALL_SCREEN_ROWS = 40  # below this many rows toasts are one line each, at most SMALL_SCREEN_TOASTS at once
+SMALL_SCREEN_TOASTS = 3
+TOAST_CHARS = 56  # a one-line toast's text (Toast is 60 wide, less its padding and edge)
+EVENT_TOAST_EVERY = 60.0  # seconds: an instance's "got worse" toasts at most this often (the timeline has all)
+
+
+def one_line(message: str, title: str = "") -> str:
+    """A toast's text in one line of at most ``TOAST_CHARS``; the timeline (``e``) has the rest."""
+    first = message.split("\n", 1)[0]
+    line = ("%s: %s" % (title, first)) if title else first
+    if "\n" in message or len(line) > TOAST_CHARS:
+        line = line[: TOAST_CHARS - 5].rstrip() + "… (e)"
+    return line
 
 
 class FleetApp(App):
@@ -55,6 +68,8 @@ class FleetApp(App):
         Binding("p", "probe", "Probes"),
         Binding("t", "cycle_theme", "Theme"),
         Binding("R", "reload", "Reload"),
+        Binding("e", "timeline", "Events"),
+        Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
         Binding("escape", "clear", "Clear", show=False),
     ]
 
@@ -80,18 +95,26 @@ class FleetApp(App):
         self._stopped = False
         self.frames_painted = 0
         self.notices: deque = deque(maxlen=100)  # (severity, title, message): what notify() said
+        self.session_events: deque = deque(maxlen=500)  # (ts, instance, text): this session's timeline entries
+        self._event_toasted: dict[str, float] = {}  # instance -> when its last "got worse" toast was shown
 
     def notify(self, message: str, *, title: str = "", severity: str = "information", **kwargs: Any) -> None:
+        """Every notice goes to the event timeline (``e``) in full; on a small screen its toast is one line."""
         self.notices.append((severity, title, message))
+        self.session_events.append((time.time(), "", ("%s: %s" % (title, message)) if title else message))
+        if self.size.height < SMALL_SCREEN_ROWS:
+            message, title = one_line(message, title), ""
         super().notify(message, title=title, severity=severity, **kwargs)  # type: ignore[arg-type]
 
     def _on_notify(self, event: Notify) -> None:
-        """In a tmux panel a stack of toasts would hide the grid: there only the newest is shown.
+        """In a tmux panel a stack of toasts would hide the grid: there only the newest few (one line each).
 
-        Runs before Textual's own handler (which adds the new notification), so it drops the older ones.
+        Runs before Textual's own handler (which adds the new notification), so it drops the oldest ones.
         """
         if self.size.height < SMALL_SCREEN_ROWS:
-            self._notifications.clear()
+            notes = self._notifications
+            while len(notes) >= SMALL_SCREEN_TOASTS:
+                del notes[min(notes, key=lambda n: n.raised_at)]
 
     # -- layout --------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -130,6 +153,8 @@ class FleetApp(App):
         if now - self._last_tick >= TICK_INTERVAL:
             self._last_tick = now
             state.tick(now)
+            # panes whose text ages by itself ("last seen 2m ago", "restarted 40s ago") repaint each second
+            state._dirty.update(n for n, inst in state.instances.items() if pane_ages(inst, now))
         dirty = state.take_dirty()
         events = state.take_events()
         try:
@@ -163,8 +188,10 @@ class FleetApp(App):
         parts = ["%d %s" % (n, BADGES[s].lower()) for s, n in trouble if n]
         if parts:
             text.append(" · " + ", ".join(parts), "bold")
-        else:
-            text.append(" · all ok" if totals["instances"] else "", "")
+        if totals["connecting"]:
+            text.append(" · %d connecting" % totals["connecting"])
+        elif not parts and totals["instances"]:
+            text.append(" · all ok")  # only once every instance has answered
         grid = self.grid
         if grid.selected:
             text.append(" · %d selected" % len(grid.selected), "bold")
@@ -187,14 +214,27 @@ class FleetApp(App):
                 bar.update(text, layout=False)  # same size: repaint the bar alone, no layout
 
     def report_events(self, events: List[tuple]) -> None:
-        lines = [
-            "%s: %s → %s%s" % (n, BADGES.get(o, o), BADGES.get(s, s), (" (%s)" % d) if d else "")
-            for n, o, s, d in events
-        ]
-        severity = "error" if any(s in ("failed", "unreachable") for _, _, s, _ in events) else "warning"
-        if len(lines) > MAX_NOTIFY_EVENTS:
-            lines = [*lines[:MAX_NOTIFY_EVENTS], "… and %d more" % (len(lines) - MAX_NOTIFY_EVENTS)]
-        self.notify("\n".join(lines), title="Got worse", severity=severity, timeout=8)
+        """Status changes for the worse: each one in the timeline; one short toast naming the instances,
+        an instance at most once per ``EVENT_TOAST_EVERY`` (a flapping host does not toast every 30 s)."""
+        now = time.time()
+        fresh = []
+        for n, o, s, d in events:
+            self.session_events.append(
+                (now, n, "%s → %s%s" % (BADGES.get(o, o), BADGES.get(s, s), (" (%s)" % d) if d else ""))
+            )
+            if now - self._event_toasted.get(n, -1e18) >= EVENT_TOAST_EVERY:
+                self._event_toasted[n] = now
+                fresh.append((n, s))
+        if not fresh:
+            return
+        severity = "error" if any(s in ("failed", "unreachable", "needs_action") for _, s in fresh) else "warning"
+        named = ["%s %s" % (n, BADGES.get(s, s)) for n, s in fresh[:MAX_NOTIFY_EVENTS]]
+        if len(fresh) > MAX_NOTIFY_EVENTS:
+            named.append("+%d more" % (len(fresh) - MAX_NOTIFY_EVENTS))
+        self.notices.append((severity, "Got worse", ", ".join(named)))
+        small = self.size.height < SMALL_SCREEN_ROWS
+        message = one_line(", ".join(named), "Got worse" if small else "")
+        super().notify(message, title="" if small else "Got worse", severity=severity, timeout=8)  # type: ignore[arg-type]
         if self.bell_enabled:
             self.bell()
 
@@ -205,8 +245,9 @@ class FleetApp(App):
         if isinstance(screen, InstanceScreen):
             return [screen.instance_name]
         grid = self.grid
-        if grid.selected:
-            return [n for n in grid.visible_names if n in grid.selected] or sorted(grid.selected)
+        chosen = [n for n in grid.visible_names if n in grid.selected]  # never one the filter hides
+        if chosen:
+            return chosen
         return [grid.cursor_name] if grid.cursor_name else []
 
     # -- messages ------------------------------------------------------------------------------------
@@ -240,6 +281,41 @@ class FleetApp(App):
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
+
+    def action_timeline(self) -> None:
+        """The event timeline: this session's notices and, from the history file, what came before."""
+        from widgets.timeline_screen import TimelineScreen
+
+        if not isinstance(self.screen, TimelineScreen):
+            self.push_screen(TimelineScreen(self.timeline_entries()))
+
+    def history_path(self) -> Any:
+        monitoring = getattr(self.controller, "monitoring", None)
+        return getattr(monitoring, "history_path", None)
+
+    def timeline_entries(self, limit: int = 500) -> List[tuple]:
+        """``(ts, instance, text)`` newest first: the history file's events (kept across console runs:
+        transitions, flaps, verdicts, restarts with pids, probes) and this session's notices."""
+        out = list(self.session_events)
+        path = self.history_path()
+        if path is not None:
+            monitoring = getattr(self.controller, "monitoring", None)
+            history = getattr(monitoring, "history", None)
+            with contextlib.suppress(Exception):
+                if history is not None:
+                    history.flush()
+            with contextlib.suppress(Exception):
+                from console.history import HistoryReader
+                from widgets.timeline_screen import history_line
+
+                reader = HistoryReader(path)
+                try:
+                    for ev in reader.events(None, time.time() - 7 * 86400)[-limit:]:
+                        out.append((ev["ts"], ev["instance"], history_line(ev)))
+                finally:
+                    reader.close()
+        out.sort(key=lambda e: -e[0])
+        return out[:limit]
 
     def action_filter(self) -> None:
         if isinstance(self.screen, InstanceScreen):
@@ -358,6 +434,8 @@ class FleetApp(App):
         from console.controller import TOAST_TAIL_LINES, describe_restart  # (the app takes any controller)
 
         for name, result in (results or {}).items():
+            if result.get("ok"):
+                self.state.note_restart(name)  # the verdict before it is history; the pane says "restarted"
             # the started pid; or that the benchmark died at once, with its log's last lines
             text = "\n".join(describe_restart(name, result, tail=TOAST_TAIL_LINES))
             if result["ok"]:

@@ -420,6 +420,7 @@ async def test_mouse_click_focuses_and_double_click_opens(tmp_path: Path) -> Non
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause(0.3)
         grid = app.query_one(FleetGrid)
+        await pilot.press("home")  # a key holds the order (ORDER_HOLD): no status change reorders under the click
         second = grid.visible_names[1]
         await pilot.click(FleetGrid, offset=(5, 2))
         assert grid.cursor_name == second
@@ -443,18 +444,18 @@ async def test_quit_stops_the_agents(tmp_path: Path) -> None:
         raise AssertionError("agent still running after quit")
 
 
-@pytest.mark.parametrize(("size", "shown"), [((80, 24), 1), ((200, 60), 3)])
-async def test_a_small_terminal_shows_only_the_newest_notification(tmp_path: Path, size, shown: int) -> None:
+@pytest.mark.parametrize(("size", "shown"), [((80, 24), 3), ((200, 60), 5)])
+async def test_a_small_terminal_keeps_the_newest_few_notifications(tmp_path: Path, size, shown: int) -> None:
     app = make_app(tmp_path)
     async with app.run_test(size=size, notifications=True) as pilot:
         await pilot.pause(0.2)
         app.clear_notifications()
-        for n in range(3):
+        for n in range(5):
             app.notify("notice %d" % n, timeout=30)
         await pilot.pause(0.3)
         toasts = list(app.screen.query_one(ToastRack).query(Toast))
         assert len(toasts) == shown
-        assert "notice 2" in screen_text(app)
+        await wait_until(pilot, lambda: "notice 4" in screen_text(app), timeout=5, what="the newest toast drawn")
 
 
 async def test_order_holds_while_the_operator_moves_then_trouble_sorts_first(tmp_path: Path) -> None:
@@ -471,3 +472,217 @@ async def test_order_holds_while_the_operator_moves_then_trouble_sorts_first(tmp
         assert grid.visible_names == before and grid.cursor_name == before[1]
         await wait_until(pilot, lambda: grid.visible_names[0] == last, timeout=5, what="the failing host sorted first")
         assert grid.cursor_name == before[1]  # the cursor follows its instance, not its position
+
+
+def burst(app: FleetApp, *keys: str) -> None:
+    """Keys as a terminal delivers a fast typist or a paste: all queued before the first is handled."""
+    from textual import events
+
+    for key in keys:
+        char = {"slash": "/", "enter": "\r", "space": " "}.get(key, key if len(key) == 1 else None)
+        event = events.Key(key, char)
+        event.set_sender(app)
+        app._driver.send_message(event)
+
+
+async def test_filter_text_shows_while_typing_and_a_burst_of_keys_reaches_it(tmp_path: Path) -> None:
+    from widgets.filter_bar import FilterBar
+
+    app = make_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.3)
+        grid = app.query_one(FleetGrid)
+        burst(app, "slash", "b", "e", "t")
+        await pilot.pause(0.3)
+        bar = app.query_one(FilterBar)
+        assert bar.has_focus and bar.value == "bet"
+        assert grid.visible_names == ["beta"]
+        line = screen_text(app).splitlines()[1]
+        assert "bet" in line and "filter '" not in line  # the typed text on the filter's own row
+        burst(app, "enter", "down")
+        await pilot.pause(0.3)
+        assert grid.has_focus and grid.visible_names == ["beta"] and bar.value == "bet"
+
+
+async def test_actions_target_the_visible_selection_and_keys_select_all_shown_or_none(tmp_path: Path) -> None:
+    app = make_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="live agents")
+        grid = app.query_one(FleetGrid)
+        await pilot.press("a")  # select all shown
+        assert grid.selected == set(NAMES)
+        await pilot.press("slash", *"tag:us", "enter")
+        assert sorted(grid.visible_names) == ["alpha", "gamma"]
+        assert app.targets() == sorted(["alpha", "gamma"]) or sorted(app.targets()) == ["alpha", "gamma"]
+        await pilot.press("r")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="confirm dialog")
+        text = screen_text(app)
+        assert "alpha" in text and "gamma" in text and "beta" not in text and "2 instances" in text
+        await pilot.press("n")
+        # a selected instance whose status changes stays shown under a status filter
+        await pilot.press("escape", "escape", "a")  # clear the filter then the selection, select all again
+        await pilot.press("slash", *"status:ok", "enter")
+        shown = list(grid.visible_names)
+        assert shown
+        verdict = {"code": "broken_pipe", "severity": "error", "summary": "transport error"}
+        app.state.set_diagnosis(shown[0], {"verdict": verdict, "findings": [], "steps": []})
+        await pilot.pause(0.5)
+        assert shown[0] in grid.visible_names
+        await pilot.press("u")  # unselect all
+        assert not grid.selected
+
+
+async def test_a_restart_takes_the_instance_out_of_failed_and_the_pane_says_restarted(tmp_path: Path) -> None:
+    marker = "fleetui-%s" % uuid.uuid4().hex[:8]
+    app = make_app(tmp_path, names=("alpha",), marker=marker)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="live agent")
+        verdict = {"code": "broken_pipe", "severity": "error", "summary": "transport error: broken pipe"}
+        app.state.set_diagnosis("alpha", {"verdict": verdict, "findings": [], "steps": []})
+        await wait_until(pilot, lambda: "FAILED" in screen_text(app), what="FAILED on the pane")
+        await pilot.press("r")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="confirm dialog")
+        await pilot.press("y")
+        await wait_until(pilot, lambda: app.state.get("alpha").status != "failed", timeout=30, what="out of FAILED")
+        await wait_until(pilot, lambda: "restarted" in screen_text(app) and "FAILED" not in screen_text(app),
+                         what="restarted on the pane")
+        assert "failed" not in app.header_text().plain.lower()
+    _kill_marked(marker)
+
+
+def two_log_fleet(tmp_path: Path) -> Fleet:
+    """alpha follows setup.log first and its benchmark's log (300 lines) second."""
+    fleet = make_fleet(tmp_path, names=("alpha",))
+    setup = tmp_path / "setup.log"
+    setup.write_text("setup line 1\nsetup done\n")
+    bench_log = tmp_path / "bench-full.log"
+    bench_log.write_text("".join("proof %d done\n" % k for k in range(1, 301)))
+    inst = fleet.instances[0]
+    bench = dataclasses.replace(inst.benchmark, log=str(bench_log))
+    fleet.instances[0] = dataclasses.replace(inst, logs=(str(setup), str(bench_log)), benchmark=bench)
+    return fleet
+
+
+async def test_logs_open_on_the_benchmark_log_at_its_tail_with_a_follow_badge(tmp_path: Path) -> None:
+    app = FleetApp(FleetController(two_log_fleet(tmp_path), audit=AuditLog(tmp_path / "audit.jsonl")), theme="dark")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: len(app.state.get("alpha").logs) == 2, what="both logs")
+        screen = await open_screen(pilot, app)
+        await pilot.press("3")
+        await wait_until(pilot, lambda: screen.active_log() is not None, what="log tab")
+        view = screen.active_log()
+        assert view.path.endswith("bench-full.log")
+        await wait_until(pilot, lambda: "proof 300 done" in screen_text(app), timeout=5, what="the last line")
+        assert "FOLLOW" in screen_text(app) and view.has_focus
+        await pilot.press("home")
+        await pilot.pause(0.2)
+        assert "proof 300 done" not in screen_text(app) and "PAUSED" in screen_text(app)
+        with (tmp_path / "bench-full.log").open("a") as fh:
+            fh.write("proof 301 done\nproof 302 done\n")
+        await wait_until(pilot, lambda: "2 new" in screen_text(app), timeout=10, what="PAUSED (2 new lines)")
+        await pilot.press("G")
+        await wait_until(pilot, lambda: "proof 302 done" in screen_text(app), timeout=5, what="End follows")
+        assert view.follow and "FOLLOW" in screen_text(app)
+        await pilot.press("slash", *"proof 1", "enter")
+        assert not view.follow and view.has_focus and "PAUSED" in screen_text(app)
+        first = view.match_line
+        await pilot.press("n")
+        assert view.match_line != first and "proof 1" in view.lines[view.match_line][1]
+        await pilot.press("N")
+        assert view.match_line == first
+        await pilot.press("end")
+        assert view.follow
+
+
+async def test_instance_screen_keys_tab_switches_tabs_digits_focus_the_content_q_goes_back(tmp_path: Path) -> None:
+    from textual.widgets import Tabs
+
+    app = FleetApp(FleetController(two_log_fleet(tmp_path), audit=AuditLog(tmp_path / "audit.jsonl")), theme="dark")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: len(app.state.get("alpha").logs) == 2, what="both logs")
+        screen = await open_screen(pilot, app)
+        tabs = screen.query_one("#inst-tabs")
+        await pilot.press("tab")
+        assert tabs.active == "tab-procs"
+        await pilot.press("shift+tab")
+        assert tabs.active == "tab-gpus"
+        await pilot.press("4")
+        assert tabs.active == "tab-diag" and not isinstance(app.focused, Tabs)
+        await pilot.press("3")
+        await pilot.pause(0.2)
+        view = screen.active_log()
+        assert app.focused is view
+        await pilot.press("right_square_bracket")  # the next log file
+        await pilot.pause(0.2)
+        assert screen.active_log() is not view and app.focused is screen.active_log()
+        await pilot.press("q")
+        await pilot.pause(0.2)
+        assert app.is_running and not isinstance(app.screen, InstanceScreen)
+
+
+async def test_toasts_are_one_line_each_kept_on_a_small_screen_and_rate_limited(tmp_path: Path) -> None:
+    app = make_app(tmp_path)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await pilot.pause(0.2)
+        app.clear_notifications()
+        events = [(n, "ok", "failed", "transport error: broken pipe while sending the proof") for n in NAMES]
+        events.append(("delta", "ok", "unreachable", "Connection refused"))
+        app.report_events(events)
+        await pilot.pause(0.3)
+        toasts = list(app.screen.query_one(ToastRack).query(Toast))
+        assert toasts and all(t.size.height <= 1 for t in toasts)
+        assert sum(t.size.height for t in toasts) <= 4
+        before = len(app.notices)
+        app.report_events([("alpha", "ok", "failed", "again")])  # within the rate limit: timeline only
+        await pilot.pause(0.1)
+        assert len(app.notices) == before
+        for n in range(6):
+            app.notify("alpha: restarted (started pid %d)" % (1000 + n), timeout=30)
+        await pilot.pause(0.3)
+        toasts = list(app.screen.query_one(ToastRack).query(Toast))
+        assert 1 < len(toasts) <= 4  # more than the newest, and never a wall
+        await pilot.press("e")
+        await pilot.pause(0.3)
+        text = screen_text(app)
+        assert "Events" in text and "pid 1005" in text and "alpha" in text
+
+
+async def test_the_event_timeline_is_kept_across_console_restarts(tmp_path: Path) -> None:
+    from console.serve import MonitoredController, Monitoring
+
+    history = tmp_path / "history.sqlite3"
+
+    def monitored() -> FleetApp:
+        fleet = make_fleet(tmp_path, names=("alpha",))
+        return FleetApp(MonitoredController(fleet, Monitoring(fleet, history=history)), theme="dark")
+
+    app = monitored()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="live agent")
+        verdict = {"code": "broken_pipe", "severity": "error", "summary": "transport error: broken pipe"}
+        app.state.set_diagnosis("alpha", {"verdict": verdict, "findings": [], "steps": []})
+        await pilot.pause(1.5)
+    again = monitored()
+    async with again.run_test(size=(80, 24)) as pilot:
+        await pilot.press("e")
+        await pilot.pause(0.5)
+        text = screen_text(again)
+        assert "broken_pipe" in text or "transport error" in text
+
+
+async def test_header_never_says_all_ok_while_instances_connect(tmp_path: Path) -> None:
+    app = make_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert "all ok" not in app.header_text().plain
+        assert "connecting" in app.header_text().plain
+        await wait_until(pilot, lambda: all_live(app), what="live agents")
+        await pilot.pause(0.5)
+        name = "alpha"
+        app.state.set_link_status(name, "unreachable", "Connection refused")
+        await pilot.pause(0.3)
+        screen = await open_screen(pilot, app) if app.grid.cursor_name == name else None
+        if screen is None:
+            app.open_instance(name)
+            await pilot.pause(0.5)
+        text = screen_text(app)
+        assert "last seen" in text and "not live" in text

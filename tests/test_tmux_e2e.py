@@ -118,6 +118,19 @@ def test_console_in_an_80x24_tmux_pane_against_a_real_sshd_fleet(tmux: Tmux, ssh
     assert not sshd.session_pids(), "an SSH session (the agent) outlived the console"
 
 
+def tmux_wait_file(path: Path, needle: str, after: float, timeout: float) -> float:
+    """Wait until ``needle`` is in ``path``; the monotonic time it was first seen."""
+    deadline = time.monotonic() + timeout
+    start = path.stat().st_size if path.exists() else 0
+    while time.monotonic() < deadline:
+        with path.open("rb") as fh:
+            fh.seek(start)
+            if needle.encode() in fh.read():
+                return time.monotonic()
+        time.sleep(0.2)
+    raise AssertionError("%s never got %r" % (path, needle))
+
+
 def test_demo_in_an_80x24_tmux_pane(tmux: Tmux, tmp_path: Path) -> None:
     env = {
         "FLEET_CONSOLE_CONFIG_DIR": str(tmp_path / "cfg"),
@@ -140,6 +153,26 @@ def test_demo_in_an_80x24_tmux_pane(tmux: Tmux, tmp_path: Path) -> None:
     tmux.keys("d")
     screen = tmux.wait_for(lambda s: "warmup-04  FAILED" in s, timeout=40, what="diagnosis verdict on the pane")
     assert "transport error" in screen
+
+    # the operator's loop: restart, and the old verdict goes with the run it described
+    tmux.keys("r")
+    tmux.wait_for(lambda s: "Restart" in s and "warmup-04" in s, what="confirm dialog")
+    tmux.keys("y")
+    log = next(tmp_path.glob("fleet-demo-*/warmup-04/tmp/benchmark-full.log"))
+    restarted_at = time.monotonic()
+    screen = tmux.wait_for(lambda s: "warmup-04" in s and "FAILED" not in s and "restarted" in s, timeout=30,
+                           what="warmup-04 out of FAILED after the restart")
+    assert "failed" not in screen.splitlines()[0].lower()  # the header no longer counts it
+    proof = tmux_wait_file(log, "proof done", after=restarted_at, timeout=90)
+    assert time.monotonic() - proof < 20 or "FAILED" not in tmux.screen()
+    tmux.keys("Enter")
+    tmux.wait_for(lambda s: "Processes" in s and "Logs" in s, what="instance screen")
+    tmux.keys("3")
+    screen = tmux.wait_for(lambda s: "[benchmark]" in s and "FOLLOW" in s, what="the benchmark log tab")
+    last_lines = [line.strip() for line in log.read_text().splitlines()[-3:] if line.strip()]
+    assert any(line[:40] in screen for line in last_lines), "the log's last line is on screen at opening"
+    tmux.keys("q")  # back to the grid (q quits only from the grid)
+    tmux.wait_for(lambda s: "warmup-04" in s and "Quit" in s.splitlines()[-1], what="grid again")
 
     tmux.keys("q")
     deadline = time.monotonic() + 20

@@ -54,6 +54,11 @@ class FleetGrid(ScrollView, can_focus=True):
         Binding("pagedown", "page(1)", show=False),
         Binding("enter", "open", "Open"),
         Binding("space", "toggle_select", "Select"),
+        Binding("a", "select_shown", "Select all", show=False),
+        Binding("u", "clear_selection", "Unselect all", show=False),
+        # Checked before the keys behind it are routed (priority): the filter takes the focus at once, so
+        # "/h200<enter>" arriving in one read (tmux, a paste) types into the filter, not onto the grid.
+        Binding("slash", "app.filter", "Filter", show=False, priority=True),
     ]
 
     def __init__(self, state: FleetState, *, name: Optional[str] = None, id: Optional[str] = None) -> None:
@@ -79,6 +84,7 @@ class FleetGrid(ScrollView, can_focus=True):
         self._palette: Optional[Palette] = None
         self._laid_width = -1
         self._laid_height = -1
+        self._kept: Set[str] = set()  # shown under the current filter: selected ones stay while it is unchanged
         self.on_pane_rendered: Optional[Callable[[str, float], None]] = None  # bench hook
         self.paints = 0
 
@@ -103,6 +109,8 @@ class FleetGrid(ScrollView, can_focus=True):
         return list(self._names)
 
     def set_query(self, text: str) -> None:
+        if text != self.query_text:
+            self._kept = set()
         self.query_text = text
         self.relayout()
 
@@ -114,6 +122,14 @@ class FleetGrid(ScrollView, can_focus=True):
         height = self.size.height
         self._laid_width, self._laid_height = width, height
         items = self.state.ordered(self.query_text)
+        if self.query_text:
+            # a selected instance the operator acted on stays in view when its status stops matching
+            # ("status:ok", then diagnosed): a filtered selection does not vanish under the operator
+            shown = {i.name for i in items}
+            held = [self.state.instances[n] for n in self._kept & self.selected - shown if n in self.state.instances]
+            if held:
+                items = sorted(items + held, key=lambda i: (i.rank, i.name))
+            self._kept = {i.name for i in items}
         if time.monotonic() < self._hold_order_until and self._names:
             # a resize or a new pane while the operator moves: keep the panes where they were for now
             place = {name: i for i, name in enumerate(self._names)}
@@ -241,7 +257,7 @@ class FleetGrid(ScrollView, can_focus=True):
             name == self.cursor_name and self.has_focus,
             name == self.cursor_name,
             name in self.selected,
-            int(now) if inst.status == STALE else 0,
+            int(now) if inst.status == STALE or pane.ages(inst, now) else 0,
         )
         cached = self._cache.get(name)
         if cached is not None and cached[0] == key:
@@ -326,6 +342,16 @@ class FleetGrid(ScrollView, can_focus=True):
             self.selected.add(name)
         self._refresh_pane(name)
         self.post_message(SelectionChanged(frozenset(self.selected)))
+
+    def action_select_shown(self) -> None:
+        """Select every instance the filter shows (``a``)."""
+        self._hold_order_until = time.monotonic() + ORDER_HOLD
+        self.selected.update(self._names)
+        self.refresh()
+        self.post_message(SelectionChanged(frozenset(self.selected)))
+
+    def action_clear_selection(self) -> None:
+        self.clear_selection()
 
     def clear_selection(self) -> None:
         names = list(self.selected)

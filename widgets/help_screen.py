@@ -14,20 +14,23 @@ HELP = """\
 [b]Fleet grid[/b]
   arrows, j k   move between instance panes
   enter         open the instance: GPUs, processes, logs, diagnosis
-  space         select / unselect (fleet actions use the selection)
+  space         select / unselect (fleet actions use the selection shown)
+  a / u         select every instance shown / unselect all
   /             filter by name, tag or host (tag:x status:x); esc clears
   d             diagnose the selected instances (or the focused one)
   r             restart the benchmark (asks first; off in read-only)
   p             probes menu (pick by key or from the list)
   t             next theme: dark, light, high-contrast (remembered)
+  e             event timeline: transitions, verdicts, restarts, probes
   ctrl+p        command palette
   ?             this help
-  q             quit
+  q, ctrl+q     quit (ctrl+q from any screen)
 
 [b]Instance screen[/b]
-  esc           back to the grid
-  tab, 1-5      GPUs, Processes, Logs, Diagnosis, Probes
-  f, space      follow / pause the log
+  esc, q        back to the grid
+  tab, 1-5      GPUs, Processes, Logs, Diagnosis, Probes (then arrows scroll)
+  ] / [         next / previous log file
+  f, space      follow / pause the log; End or G follow again
   /, ctrl+f     search the log; n / N next / previous match
   d r p         diagnose, restart, probe this instance
 

@@ -131,6 +131,11 @@ class InstanceScreen(Screen):
 
     BINDINGS = [
         Binding("escape", "back", "Back"),
+        Binding("q", "back", "Back", show=False),  # q leaves this screen; the app quits from the grid (or ctrl+q)
+        Binding("tab", "next_tab(1)", "Next tab", show=False),
+        Binding("shift+tab", "next_tab(-1)", "Previous tab", show=False),
+        Binding("right_square_bracket", "next_log(1)", "Next log", show=False),
+        Binding("left_square_bracket", "next_log(-1)", "Previous log", show=False),
         Binding("1", "tab(0)", "GPUs", show=False),
         Binding("2", "tab(1)", "Procs", show=False),
         Binding("3", "tab(2)", "Logs", show=False),
@@ -151,6 +156,7 @@ class InstanceScreen(Screen):
         self.demo = demo
         self.read_only = read_only
         self._log_ids: Dict[str, str] = {}
+        self._log_chosen = False  # the operator picked a log file: it stays the active one
         self._seen: Dict[str, Any] = {}
 
     @property
@@ -171,7 +177,7 @@ class InstanceScreen(Screen):
                 yield Static(id="diag-text")
             with TabPane("Probes", id="tab-probes"), ScrollableContainer():
                 yield Static(id="probe-text")  # command output: long lines scroll sideways, never wrap
-        yield Input(placeholder="search the log (enter: find, esc: close)", id="log-search")
+        yield Input(placeholder="search the log (enter: find, then n / N; esc: close)", id="log-search", compact=True)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -193,7 +199,7 @@ class InstanceScreen(Screen):
         active = self.query_one("#inst-tabs", TabbedContent).active
         if force or active == "tab-gpus":
             width = self.size.width or 80
-            self.query_one("#gpu-detail", Static).update(gpu_detail(inst, width))
+            self.query_one("#gpu-detail", Static).update(gpu_detail(inst, width, time.time()))
         if (force or active == "tab-procs") and self._seen.get("procs") != inst.procs_version:
             self._seen["procs"] = inst.procs_version
             self.query_one(ProcessTree).update_procs(inst.procs)
@@ -218,12 +224,23 @@ class InstanceScreen(Screen):
                 pane_id = "log-%d" % len(self._log_ids)
                 self._log_ids[path] = pane_id
                 title = os.path.basename(path) or path
+                if path == inst.bench_log:
+                    title = "\\[benchmark] " + title  # (escaped: a title is markup)
                 tabs.add_pane(TabPane(title, LogView(ring, id=pane_id + "-view"), id=pane_id))
                 self.query_one("#logs-empty").display = False
+                if path == inst.bench_log and not self._log_chosen:
+                    self.call_after_refresh(self._show_log, pane_id)  # the benchmark's own log first
         if visible:
             view = self.active_log()
             if view is not None and view.is_mounted:
                 view.sync()
+
+    def _show_log(self, pane_id: str) -> None:
+        with contextlib.suppress(NoMatches, ValueError):
+            tabs = self.query_one("#log-tabs", TabbedContent)
+            tabs.active = pane_id
+            if self.query_one("#inst-tabs", TabbedContent).active == "tab-logs":
+                self.focus_content()
 
     def active_log(self) -> Optional[LogView]:
         tabs = self.query_one("#log-tabs", TabbedContent)
@@ -251,6 +268,41 @@ class InstanceScreen(Screen):
     def action_tab(self, index: int) -> None:
         with contextlib.suppress(NoMatches):  # a key pressed while the screen is still composing
             self.query_one("#inst-tabs", TabbedContent).active = TABS[index]
+            self.call_after_refresh(self.focus_content)
+
+    def action_next_tab(self, step: int) -> None:
+        with contextlib.suppress(NoMatches):
+            active = self.query_one("#inst-tabs", TabbedContent).active
+            index = TABS.index(active) if active in TABS else 0
+            self.action_tab((index + step) % len(TABS))
+
+    def action_next_log(self, step: int) -> None:
+        """``]`` / ``[``: the next / previous log file, from any tab."""
+        with contextlib.suppress(NoMatches):
+            tabs = self.query_one("#log-tabs", TabbedContent)
+            ids = list(self._log_ids.values())
+            if not ids:
+                return
+            current = tabs.active if tabs.active in ids else ids[0]
+            self.query_one("#inst-tabs", TabbedContent).active = "tab-logs"
+            tabs.active = ids[(ids.index(current) + step) % len(ids)] if tabs.active in ids else current
+            self._log_chosen = True
+            self.call_after_refresh(self.focus_content)
+
+    def focus_content(self) -> None:
+        """Give the keys to what the tab shows (arrows and PgDn scroll it), not to the tab bar."""
+        with contextlib.suppress(NoMatches):
+            active = self.query_one("#inst-tabs", TabbedContent).active
+            if active == "tab-logs":
+                view = self.active_log()
+                if view is not None:
+                    view.focus()
+                return
+            pane = self.query_one("#" + active, TabPane)
+            for widget in pane.query("*"):
+                if widget.focusable:
+                    widget.focus()
+                    return
 
     def action_search(self) -> None:
         self.query_one("#inst-tabs", TabbedContent).active = "tab-logs"
@@ -272,6 +324,7 @@ class InstanceScreen(Screen):
             view.set_search(event.value)
         else:
             view.action_next_match()
+        view.focus()  # n / N (and enter) go on from the match; the box stays until esc
 
     def on_key(self, event) -> None:
         if event.key == "escape":

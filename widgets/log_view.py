@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Tuple
 
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding
@@ -16,7 +17,10 @@ from console.state import LogRing
 
 
 class LogView(ScrollView, can_focus=True):
-    """Renders a ``LogRing``; follows the end unless paused (``f`` or space toggles)."""
+    """Renders a ``LogRing``; follows the end unless paused (``f`` or space toggles, ``End``/``G`` follow again).
+
+    It opens at the tail; a badge on its last row says FOLLOW, or PAUSED with the lines that came since.
+    """
 
     DEFAULT_CSS = """
     LogView { height: 1fr; }
@@ -27,8 +31,11 @@ class LogView(ScrollView, can_focus=True):
         Binding("space", "toggle_follow", "Follow/pause", show=False),
         Binding("n", "next_match", "Next match", show=False),
         Binding("N", "prev_match", "Prev match", show=False),
-        Binding("end", "end", show=False),
+        Binding("enter", "next_match", "Next match", show=False),
+        Binding("end", "end", "Follow", show=False),
+        Binding("G", "end", show=False),
         Binding("home", "home", show=False),
+        Binding("g", "home", show=False),
     ]
 
     follow = reactive(True)
@@ -47,10 +54,41 @@ class LogView(ScrollView, can_focus=True):
 
     def on_mount(self) -> None:
         self.sync()
+        self.call_after_refresh(self._to_end)  # once laid out: the tail is on screen from the first frame
+
+    def on_resize(self) -> None:
+        self._to_end()  # shown for the first time (its tab activated) or resized: keep the tail in view
+
+    def _to_end(self) -> None:
+        if self.follow:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+            self.refresh()
+
+    @property
+    def new_lines(self) -> int:
+        """Lines the ring got since the view paused."""
+        ring_last, shown_last = self.ring.last, None
+        for number, _ in reversed(self.lines):
+            if number:
+                shown_last = number
+                break
+        if ring_last is None or shown_last is None:
+            return 0
+        return max(0, ring_last[0] - shown_last)
+
+    def badge(self) -> str:
+        if self.follow:
+            return " FOLLOW "
+        why = "search" if self.search else "f, End or G to follow"
+        new = self.new_lines
+        if new:
+            return " PAUSED (%d new line%s; %s) " % (new, "" if new == 1 else "s", why)
+        return " PAUSED (%s) " % why
 
     def sync(self) -> None:
         """Take the ring's lines (unless paused) and keep the end in view when following."""
         if not self.follow and self.lines:
+            self.refresh()  # the badge counts the new lines
             return
         self.lines = list(self.ring.lines)
         width = max((len(t) for _, t in self.lines[-500:]), default=0) + 8
@@ -63,13 +101,17 @@ class LogView(ScrollView, can_focus=True):
     def watch_follow(self, follow: bool) -> None:
         if follow:
             self.sync()
+        self.refresh()  # the badge
 
     def action_toggle_follow(self) -> None:
         self.follow = not self.follow
         self.notify("following %s" % self.path if self.follow else "paused (f or space to follow)", timeout=2)
 
     def action_end(self) -> None:
+        self.match_line = None
         self.follow = True
+        self.sync()
+        self.call_after_refresh(self._to_end)
 
     def action_home(self) -> None:
         self.follow = False
@@ -116,7 +158,7 @@ class LogView(ScrollView, can_focus=True):
         base = self.rich_style
         width = self.size.width
         if index >= len(self.lines):
-            return Strip.blank(width, base)
+            return self._with_badge(y, Strip.blank(width, base), width, base)
         number, content = self.lines[index]
         text = Text(no_wrap=True)
         if number:
@@ -131,4 +173,15 @@ class LogView(ScrollView, can_focus=True):
         segments = list(text.render(self.app.console, end=""))
         strip = Strip(segments).apply_style(base)
         x = int(self.scroll_offset.x)
-        return strip.crop_extend(x, x + width, base)
+        return self._with_badge(y, strip.crop_extend(x, x + width, base), width, base)
+
+    def _with_badge(self, y: int, strip: Strip, width: int, base: Style) -> Strip:
+        """The FOLLOW / PAUSED badge over the right end of the last row."""
+        if y != (self.scrollable_content_region.height or self.size.height) - 1 or width < 12:
+            return strip
+        room = min(width, self.scrollable_content_region.width or width)  # left of the scrollbar
+        label = self.badge()[: room - 2]
+        paused = Style(bgcolor="yellow", color="black", bold=True)
+        style = base + (Style(reverse=True, bold=True) if self.follow else paused)
+        left = strip.crop(0, room - len(label))
+        return Strip.join([left, Strip([Segment(label, style)])]).adjust_cell_length(width, base)

@@ -226,7 +226,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         from console.app import FleetApp
-        from console.controller import FleetController
+        from console.serve import MonitoredController, Monitoring
 
         loop = asyncio.get_running_loop()
         main_task = asyncio.current_task()
@@ -245,7 +245,9 @@ def run_demo(args: argparse.Namespace) -> int:
         demo = await start_demo(instances)
         controller: Any = None
         try:
-            controller = FleetController(demo.fleet, read_only=bool(getattr(args, "read_only", False)), demo=True)
+            # as the TUI on a fleet file: the history (the event timeline, e) in the state dir
+            controller = MonitoredController(demo.fleet, Monitoring(demo.fleet, history=True),
+                                             read_only=bool(getattr(args, "read_only", False)), demo=True)
             kwargs: dict[str, Any] = {"theme": getattr(args, "theme", None)}
             if getattr(args, "bell", False):
                 kwargs["bell"] = True
