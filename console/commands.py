@@ -162,7 +162,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
             print(json.dumps({"instance": args.name, **data}, indent=2))
         else:
             print(format_diagnosis(args.name, data))
-        return 0 if data.get("verdict", {}).get("code") in ("healthy", "starting") else 1
+        return 0 if data.get("verdict", {}).get("code") in ("healthy", "starting", "finished") else 1
 
     return asyncio.run(_with_controller(fleet, [args.name], True, body))
 

@@ -63,7 +63,7 @@ class FleetController:
         self.read_only = read_only
         self.demo = demo
         self.audit = audit or AuditLog()
-        self.state = state or FleetState()
+        self.state = state if state is not None else FleetState()  # an empty FleetState is falsy (len 0)
         for inst in fleet.instances:
             self.state.add_instance(inst)
         self.links: dict[str, AgentLink] = {}

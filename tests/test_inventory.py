@@ -84,7 +84,7 @@ BAD: list[tuple[str, int | None, str]] = [
     (I + "benchmark = { mach = 'x' }\n", 4, "instance 'a': unknown benchmark key 'mach' (did you mean 'match'?)"),
     ("instances = 1\n", 1, "unknown top-level key 'instances' (did you mean [[instance]]?)"),
     ("colour = 1\n", 1,
-     "unknown top-level key 'colour' (expected one of benchmark, defaults, import, instance, probe, signature)"),
+     "unknown top-level key 'colour' (expected one of alert, benchmark, defaults, import, instance, probe, signature)"),
     ("[defaults]\nusr = 'x'\n", 2, "unknown defaults key 'usr' (did you mean 'user'?)"),
     ("[defaults]\nbenchmark = {}\n", 2,
      "unknown defaults key 'benchmark' (the shared benchmark goes in its own [benchmark] table)"),
@@ -133,7 +133,7 @@ BAD: list[tuple[str, int | None, str]] = [
     (I + "port = 1\nport = 2\n", 5, "invalid TOML: Cannot overwrite a value"),
     ("[[instance]]\nname = 'a'\nhost = 'x", 3, "invalid TOML: Expected \"'\""),
     ("\n[[0.1instance]]\n", 2,
-     "unknown top-level key '0' (expected one of benchmark, defaults, import, instance, probe, signature)"),
+     "unknown top-level key '0' (expected one of alert, benchmark, defaults, import, instance, probe, signature)"),
 ]
 
 
@@ -454,3 +454,17 @@ def test_mangled_files_never_raise_anything_but_config_error(tmp_path: Path) -> 
             load_fleet(path)
         except ConfigError as exc:
             assert "\n" not in str(exc) and str(exc).startswith(str(tmp_path))
+
+
+def test_signature_rows_reach_every_instances_agent_config(tmp_path: Path) -> None:
+    fleet_file = tmp_path / "fleet.toml"
+    fleet_file.write_text(
+        '[[instance]]\nname = "a"\nhost = "h1"\n\n[[instance]]\nname = "b"\nhost = "h2"\n\n'
+        '[[signature]]\ncode = "license_expired"\nseverity = "error"\npattern = "license .* expired"\n'
+        'explanation = "the prover\'s license ran out"\n'
+    )
+    fleet = load_fleet(fleet_file)
+    for inst in fleet.instances:
+        rows = inst.agent_config()["signatures"]
+        assert rows == [{"code": "license_expired", "severity": "error", "pattern": "license .* expired",
+                         "explanation": "the prover's license ran out"}]

@@ -7,6 +7,7 @@ are unique, an import says what to import), and the imports are read.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import gc
 import re
@@ -304,11 +305,15 @@ class _Builder:
         for i, imp in enumerate(doc.imports):
             instances.extend(self.imported(imp, ["import", i], bench, imports))
         self.unique(instances)
+        signatures = self.signatures()
+        if signatures:  # every instance's agent gets the fleet's own rows (rare: no copy otherwise)
+            sig_rows = tuple(signatures)
+            instances = [dataclasses.replace(inst, signatures=sig_rows) for inst in instances]
         fleet = Fleet(
             instances=instances,
             probes=self.probes(),
             source=str(path),
-            signatures=self.signatures(),
+            signatures=signatures,
             imports=imports,
         )
         # Fleet has no alerts field yet (records.py): carried as an attribute, read by console.alerts.fleet_alerts

@@ -95,6 +95,7 @@ class Instance:
     connect_timeout: float | None = None  # seconds (None: the link's default)
     keepalive: float | None = None  # ServerAliveInterval in seconds, 0 = off (None: the link's default)
     benchmark: BenchmarkSpec = field(default_factory=BenchmarkSpec)
+    signatures: tuple[SignatureSpec, ...] = ()  # the fleet file's [[signature]] rows, tried before the built-ins
     agent_extra: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     source: str = ""
 
@@ -113,9 +114,7 @@ class Instance:
             "watch_dirs": list(self.watch_dirs),
             "benchmark": benchmark,
         }
-        # fleet.toml [[signature]] rows, tried by diagnose before its built-in table (carried by the
-        # instance as ``signatures`` when the loader attaches the fleet's rows to it)
-        rows = getattr(self, "signatures", None) or ()
+        rows = self.signatures  # fleet.toml [[signature]] rows, tried by diagnose before its built-in table
         if rows:
             config["signatures"] = [
                 {"code": r.code, "severity": r.severity, "pattern": r.pattern, "explanation": r.explanation}
