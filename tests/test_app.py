@@ -686,3 +686,59 @@ async def test_header_never_says_all_ok_while_instances_connect(tmp_path: Path) 
             await pilot.pause(0.5)
         text = screen_text(app)
         assert "last seen" in text and "not live" in text
+
+
+# -- issue 12, smaller bugs -------------------------------------------------------------------------------
+DEEP = "/tmp/fleet-demo-y_zzlfxm/alpha/tmp"
+
+
+def stalled_diagnosis() -> dict:
+    """The shape the agent returns (recorded from the demo's dlstall instance), with a run that is not running."""
+    log = DEEP + "/benchmark-full.log"
+    return {
+        "verdict": {"code": "benchmark_not_running", "severity": "warning", "label": "benchmark not running",
+                    "summary": "no benchmark process is running (patterns: ^cuzk-(bench|daemon)$, (?i)prove\\b)"},
+        "findings": [
+            {"code": "benchmark_not_running", "severity": "warning",
+             "summary": "no benchmark process is running (patterns: ^cuzk-(bench|daemon)$, (?i)prove\\b)",
+             "evidence": []},
+            {"code": "missing_input", "severity": "warning",
+             "summary": "missing input: C1 output not found",
+             "evidence": [{"path": log, "line": 1, "text": "C1 output not found"},
+                          {"path": log, "line": 2, "text": "Downloading from https://example.dev/c1.json ..."}]},
+        ],
+        "steps": [
+            {"name": "processes", "status": "problem",
+             "summary": "no benchmark process is running (patterns: ^cuzk-(bench|daemon)$, (?i)prove\\b)"},
+            {"name": "recent_files", "status": "info", "summary": "4 recent file(s) in watched dirs",
+             "lines": ["2s ago     459B " + log]},
+            {"name": "verdict", "status": "problem", "summary": "no benchmark process is running"},
+        ],
+    }
+
+
+async def test_the_diagnosis_tab_reads_well_at_80_columns(tmp_path: Path) -> None:
+    app = make_app(tmp_path, names=("alpha",))
+    async with app.run_test(size=(80, 50)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="live agent")
+        await open_screen(pilot, app)
+        await pilot.press("4")
+        await pilot.pause(0.3)
+        app.state.set_diagnosis("alpha", stalled_diagnosis())
+        app.screen.update_from_state(force=True)
+        text = await wait_until(pilot, lambda: "C1 output" in screen_text(app) and screen_text(app), what="verdict")
+        assert "patterns:" not in text and "^cuzk" not in text  # regexes are config, not a finding
+        assert "no benchmark process is running" in text
+        evidence = [line for line in text.splitlines() if "C1 output not found" in line]
+        assert evidence and all(DEEP not in line for line in evidence)  # the file name on the evidence line
+        assert any(line.strip().startswith("benchmark-full.log:1") for line in evidence)
+        assert DEEP + "/benchmark-full.log" in text  # the full path once, on its own detail line
+        assert "recent_filesinfo" not in text and "recent_files " in text
+        healthy = {"code": "healthy", "severity": "info", "label": "healthy",
+                   "summary": "healthy: 3 benchmark process(es) running"}
+        app.state.set_diagnosis("alpha", {"verdict": healthy, "findings": [], "steps": [
+            {"name": "verdict", "status": "ok", "summary": healthy["summary"]}]})
+        app.screen.update_from_state(force=True)
+        await pilot.pause(0.3)
+        text = screen_text(app)
+        assert text.count("healthy") == 1 and "3 benchmark process(es) running" in text

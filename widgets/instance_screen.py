@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -22,12 +22,23 @@ from console.status import STALE, badge
 from .gpu_panel import gpu_detail
 from .log_view import LogView
 from .process_tree import ProcessTree
+from .render import operator_text, short_path
 
 SEVERITY_STYLE = {"critical": "bold reverse red", "error": "bold red", "warning": "yellow", "info": "dim"}
 TABS = ("tab-gpus", "tab-procs", "tab-logs", "tab-diag", "tab-probes")
 
 
 STEP_STYLE = {"ok": "green", "problem": "bold red", "info": "", "skipped": "dim"}
+
+
+def _verdict_line(verdict: Dict[str, Any]) -> str:
+    """The verdict's summary, its code said once (``healthy: healthy: ...`` nowhere)."""
+    summary = operator_text(str(verdict.get("summary") or verdict.get("code") or "?"))
+    code = str(verdict.get("code") or "")
+    for word in {code, code.replace("_", " "), str(verdict.get("label") or "")} - {""}:
+        while summary.lower().startswith(word.lower() + ": " + word.lower() + ": "):
+            summary = summary[len(word) + 2:]
+    return summary
 
 
 def diagnosis_text(inst: InstanceState) -> Text:
@@ -39,38 +50,47 @@ def diagnosis_text(inst: InstanceState) -> Text:
     verdict = diag.get("verdict") or {}
     sev = verdict.get("severity") or "info"
     text.append(" %s " % sev.upper(), SEVERITY_STYLE.get(sev, "bold") + (" reverse" if sev != "critical" else ""))
-    text.append(" %s" % (verdict.get("summary") or verdict.get("code") or "?"), "bold")
-    if verdict.get("code"):
-        text.append("  [%s]" % verdict["code"], "dim")
+    summary = _verdict_line(verdict)
+    text.append(" %s" % summary, "bold")
+    code = str(verdict.get("code") or "")
+    if code and not summary.lower().startswith(code.replace("_", " ").lower()):
+        text.append("  [%s]" % code, "dim")
     if inst.diagnosis_at:
         text.append("  (%s ago)" % format_age(time.time() - inst.diagnosis_at), "dim")
     text.append("\n")
     for finding in diag.get("findings") or []:
         fsev = finding.get("severity") or "info"
         text.append("\n%-8s " % fsev.upper(), SEVERITY_STYLE.get(fsev, ""))
-        text.append(str(finding.get("summary") or ""), "bold")
+        text.append(operator_text(str(finding.get("summary") or "")), "bold")
         if finding.get("code"):
             text.append("  [%s]" % finding["code"], "dim")
         text.append("\n")
+        full_paths: List[str] = []
         for ev in finding.get("evidence") or []:
-            where = str(ev.get("path") or "")
+            path = str(ev.get("path") or "")
+            where = short_path(path)
+            if where != path and path not in full_paths:
+                full_paths.append(path)
             if ev.get("line") is not None:
                 where += ":%s" % ev["line"]
             text.append("    %s" % where, "cyan")
             if ev.get("text"):
                 text.append("  %s" % ev["text"])
             text.append("\n")
-    steps = diag.get("steps") or []
-    if steps:
+        for path in full_paths:  # the file's full path once, under its lines
+            text.append("      in %s\n" % path, "dim")
+    steps = [s for s in diag.get("steps") or [] if not (isinstance(s, dict) and s.get("name") == "verdict")]
+    if steps:  # (the verdict step repeats the line at the top)
         text.append("\nWhat was checked\n", "bold")
+        width = max((len(str(s.get("name", "?"))) for s in steps if isinstance(s, dict)), default=10) + 1
         for step in steps:
             if not isinstance(step, dict):
                 text.append("  · %s\n" % step, "dim")
                 continue
             status = str(step.get("status") or "")
-            text.append("  %-11s" % step.get("name", "?"))
+            text.append("  %s" % str(step.get("name", "?")).ljust(width))
             text.append("%-8s" % status, STEP_STYLE.get(status, "dim"))
-            text.append("%s\n" % (step.get("summary") or ""))
+            text.append("%s\n" % operator_text(str(step.get("summary") or "")))
             for line in step.get("lines") or []:
                 text.append("      %s\n" % line, "dim")
     return text
@@ -98,7 +118,7 @@ def header_text(inst: InstanceState, demo: bool, read_only: bool) -> Text:
         label += " " + format_age(inst.age() or 0)
     text.append(" %s " % label, "bold")
     if inst.status_detail:
-        text.append(inst.status_detail + "  ", "italic")
+        text.append(operator_text(inst.status_detail) + "  ", "italic")
     addr = "%s@%s:%s" % (inst.user or "?", inst.host, inst.port or 22)
     text.append(addr, "dim")
     if inst.tags:

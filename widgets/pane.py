@@ -20,7 +20,7 @@ from console.state import FLAP_WINDOW, GpuState, InstanceState
 from console.status import BENCHMARK_DOWN, CONNECTING, FAILED, STALE, UNREACHABLE, badge
 
 from .palette import Palette
-from .render import Line, bar, pct, size, sparkline, tail
+from .render import Line, bar, operator_text, pct, size, sparkline, tail
 
 MAX_GPU_LINES = 8  # boxed pane: GPU lines shown, then "+N more GPUs"
 COMPACT_HEIGHT = 2
@@ -216,7 +216,7 @@ def boxed_lines(
 def detail_line(inst: InstanceState, pal: Palette, now: Optional[float] = None) -> Optional[Line]:
     """For trouble states, the reason beats the process/log line; an unreachable host's numbers get their age."""
     if inst.status in _REASON_FIRST and inst.status_detail:
-        line = Line(inst.status_detail, pal.status.get(inst.status, pal.name))
+        line = Line(operator_text(inst.status_detail), pal.status.get(inst.status, pal.name))
         if inst.status == UNREACHABLE and inst.last_frame is not None and now is not None:
             line.append(" · last seen %s ago" % format_age(max(0.0, now - inst.last_frame)), pal.dim)
         return line

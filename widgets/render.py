@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import List, Optional, Reversible, Sequence, Tuple
 
 from rich.cells import cell_len, set_cell_size
@@ -132,3 +133,18 @@ class Line:
         bg = self._bg
         under = base + bg if bg is not None else base
         return [Segment(text, under + style if style is not None else under) for text, style in self.parts]
+
+
+_PATTERNS = re.compile(r"\s*\(patterns?: .*?\)(?=;|$)")
+
+
+def operator_text(summary: str) -> str:
+    """A verdict line as the operator reads it: the match regexes (configuration, ``fleet.toml``) left out."""
+    return _PATTERNS.sub("", summary)
+
+
+def short_path(path: str) -> str:
+    """A file's name where its directory would push the line past 80 columns (``/proc/N`` stays)."""
+    if path.startswith("/") and not path.startswith("/proc/") and "/" in path.rstrip("/")[1:]:
+        return path.rstrip("/").rsplit("/", 1)[-1]
+    return path
