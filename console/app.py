@@ -65,6 +65,7 @@ class FleetApp(App):
         Binding("slash", "filter", "Filter"),
         Binding("d", "diagnose", "Diagnose"),
         Binding("r", "restart", "Restart"),
+        Binding("r", "refuse_restart", "Restart", show=False),  # read-only: no footer entry, r still answers
         Binding("p", "probe", "Probes"),
         Binding("t", "cycle_theme", "Theme"),
         Binding("R", "reload", "Reload"),
@@ -414,6 +415,18 @@ class FleetApp(App):
 
     def action_restart_current(self) -> None:
         self.action_restart()
+
+    def action_refuse_restart(self) -> None:
+        """Read-only mode's ``r`` (the footer does not offer it): the refusal is said and audited."""
+        self.action_restart()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """In read-only mode the restart bindings are hidden (``r`` falls to ``refuse_restart``)."""
+        if action in ("restart", "restart_current"):
+            return not self.read_only
+        if action == "refuse_restart":
+            return self.read_only
+        return True
 
     async def _restart(self, names: List[str], announce: bool = True) -> None:
         if announce:

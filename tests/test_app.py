@@ -742,3 +742,18 @@ async def test_the_diagnosis_tab_reads_well_at_80_columns(tmp_path: Path) -> Non
         await pilot.pause(0.3)
         text = screen_text(app)
         assert text.count("healthy") == 1 and "3 benchmark process(es) running" in text
+
+
+async def test_read_only_footers_do_not_offer_restart_and_r_still_says_refused(tmp_path: Path) -> None:
+    app = make_app(tmp_path, read_only=True)
+    async with app.run_test(size=(100, 24)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="live agents")
+        await pilot.pause(0.3)
+        footer = screen_text(app).splitlines()[-1]
+        assert "Diagnose" in footer and "Restart" not in footer
+        screen = await open_screen(pilot, app)
+        footer = screen_text(app).splitlines()[-1]
+        assert "Diagnose" in footer and "Restart" not in footer
+        await pilot.press("r")
+        await wait_until(pilot, lambda: any(t == "Refused" for _, t, _ in app.notices), what="refusal")
+        assert app.screen is screen

@@ -165,6 +165,7 @@ class InstanceScreen(Screen):
         Binding("ctrl+f", "search", "Search log", show=False),
         Binding("d", "app.diagnose_current", "Diagnose"),
         Binding("r", "app.restart_current", "Restart"),
+        Binding("r", "app.refuse_restart", "Restart", show=False),  # read-only mode (the app hides the other)
         Binding("p", "app.probe_current", "Probes"),
         Binding("question_mark", "app.help", "Help"),
     ]
