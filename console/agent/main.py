@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import signal
 import socket
 import sys
 import threading
@@ -16,8 +18,10 @@ from . import AGENT_VERSION
 from . import config as agent_config
 from .config import AgentConfig, plain
 from .gpu import GpuSampler
+from .journal import Journal
 from .logs import LogFollower
 from .ops import OPS, Handler
+from .pidlock import take_over
 from .procs import ProcSampler
 from .protocol import PROTOCOL_VERSION, FrameWriter, ProtocolError, decode_request
 
@@ -25,10 +29,16 @@ from .protocol import PROTOCOL_VERSION, FrameWriter, ProtocolError, decode_reque
 class Agent:
     """Owns the samplers and the frame writer; one instance per agent process."""
 
-    def __init__(self, config: AgentConfig, writer: FrameWriter) -> None:
+    def __init__(self, config: AgentConfig, writer: FrameWriter, journal: Optional[Journal] = None,
+                 watchdog: float = 0.0) -> None:
         self.config = config
         self.writer = writer
         self.stop_event = threading.Event()
+        self.journal = journal or Journal()
+        # Seconds without a line from the console after which the agent exits (0: never; the console pings
+        # every heartbeat); stdin's end then stops it too. An orphan left by a lost connection goes away.
+        self.watchdog = watchdog
+        self.last_heard = time.monotonic()
         self.gpu = GpuSampler(plain(config))
         self.procs = ProcSampler(plain(config))
         self.logs = LogFollower(plain(config))
@@ -107,22 +117,35 @@ class Agent:
         self._pool.submit(self._run_request, handler, req)
 
     def _run_request(self, handler: Handler, req: Dict[str, Any]) -> None:
+        action_id = req["args"].get("action_id")  # a destructive action: journaled, so a console that lost
+        if not isinstance(action_id, str):  # the link can ask later what it did (op ``journal``)
+            action_id = None
+        if action_id is not None:
+            self.journal.begin(action_id, req["op"])
         try:
             data = handler(self, req["args"])
         except Exception as exc:  # answer every request, whatever happened
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            if action_id is not None:
+                self.journal.finish(action_id, req["op"], False, error=detail)
             self.writer.send("result", id=req["id"], ok=False, error=detail)
             return
+        if action_id is not None:
+            self.journal.finish(action_id, req["op"], True, data=data)
         self.writer.send("result", id=req["id"], ok=True, data=data)
 
     def read_requests(self, stream: Any) -> None:
         """Read requests until EOF.
 
-        EOF alone does not stop the agent (``fleet-console agent </dev/null`` keeps sampling);
-        a console that goes away is noticed when writing to stdout fails.
+        Without a watchdog EOF alone does not stop the agent (``fleet-console agent </dev/null`` keeps
+        sampling; a console that goes away is noticed when writing to stdout fails). With one (the console's
+        links), EOF stops it: the console's side is gone.
         """
         for line in iter(stream.readline, b""):
+            self.last_heard = time.monotonic()
             self.handle_line(line)
+        if self.watchdog > 0:
+            self.stop_event.set()
 
     # -- loop -----------------------------------------------------------------------------------
     def run(self, max_seconds: Optional[float] = None) -> int:
@@ -145,6 +168,10 @@ class Agent:
                 self.poll_logs()
                 next_log = max(next_log + log_interval, now + log_interval / 2)
             if now >= next_hb:
+                if self.watchdog > 0 and now - self.last_heard > self.watchdog:
+                    self.writer.send("error", message="nothing heard from the console for %.0f s: exiting"
+                                     % (now - self.last_heard))
+                    break
                 seq += 1
                 self.writer.send("heartbeat", seq=seq, samples=self.samples, sent=self.writer.bytes_sent)
                 next_hb = now + hb_interval
@@ -159,6 +186,13 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="fleet-agent", description="fleet-console agent: JSON lines on stdout")
     parser.add_argument("--config", help="base64 JSON config (as sent by the console)")
     parser.add_argument("--config-file", help="JSON config file")
+    parser.add_argument("--config-stdin", action="store_true",
+                        help="the first stdin line is the JSON config (how the console sends it: not in argv)")
+    parser.add_argument("--state-dir", help="directory for the link's lock and the action journal")
+    parser.add_argument("--console-id", help="the console link's id: a new agent for it replaces the old one")
+    parser.add_argument("--journal", help="journal name (in --state-dir) of the actions run by request")
+    parser.add_argument("--watchdog", type=float, default=0.0,
+                        help="exit after this many seconds without a line on stdin, or at its end (0: never)")
     parser.add_argument("--interval", type=float, help="seconds between samples (default 1)")
     parser.add_argument("--max-seconds", type=float, help="exit after this many seconds")
     parser.add_argument("--no-stdin", action="store_true", help="do not read requests; run until killed")
@@ -168,13 +202,21 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 def main(argv: List[str]) -> int:
     args = parse_args(argv)
     try:
-        config = agent_config.load(args.config, args.config_file)
+        config = _config_from_stdin() if args.config_stdin else agent_config.load(args.config, args.config_file)
     except (OSError, ValueError) as exc:
         sys.stderr.write("fleet-agent: bad config: %s\n" % exc)
         return 2
     if args.interval:
         config["interval"] = args.interval
-    agent = Agent(config, FrameWriter())
+    journal = Journal(_journal_path(args.state_dir, args.journal))
+    agent = Agent(config, FrameWriter(), journal=journal, watchdog=max(0.0, args.watchdog))
+    try:  # SIGTERM (a newer agent for the same link): finish the running request, then exit
+        signal.signal(signal.SIGTERM, lambda signum, frame: agent.stop_event.set())
+    except ValueError:  # not the main thread
+        pass
+    if args.state_dir and args.console_id:
+        threading.Thread(target=take_over, args=(os.path.expanduser(args.state_dir), args.console_id),
+                         daemon=True, name="take-over").start()
     if not args.no_stdin:
         reader = threading.Thread(target=agent.read_requests, args=(sys.stdin.buffer,), daemon=True)
         reader.start()
@@ -182,3 +224,20 @@ def main(argv: List[str]) -> int:
         return agent.run(args.max_seconds)
     except KeyboardInterrupt:
         return 0
+
+
+def _config_from_stdin() -> AgentConfig:
+    """The config the console sends as the first stdin line (kept out of argv: ``/proc/PID/cmdline``)."""
+    line = sys.stdin.buffer.readline()
+    if not line.strip():
+        raise ValueError("no config line on stdin")
+    extra = json.loads(line.decode("utf-8"))
+    if not isinstance(extra, dict):
+        raise ValueError("agent config must be a JSON object")
+    return agent_config.merged(extra)
+
+
+def _journal_path(state_dir: Optional[str], name: Optional[str]) -> Optional[str]:
+    if not state_dir or not name or not name.replace("-", "").replace("_", "").isalnum() or len(name) > 64:
+        return None
+    return os.path.join(os.path.expanduser(state_dir), "journal-%s.jsonl" % name)

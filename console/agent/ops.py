@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Protocol  # typing has P
 from . import diagnose, probes, restart
 from .config import AgentConfig
 from .gpu import GpuSampler
+from .journal import Journal
 from .logs import LogFollower
 from .procs import ProcSampler
 from .protocol import DiagnosisResult, FrameWriter, ProbeResult, RestartResult, StopResult
@@ -32,6 +33,7 @@ class AgentHost(Protocol):
     gpu: GpuSampler
     procs: ProcSampler
     logs: LogFollower
+    journal: Journal
 
 
 Handler = Callable[[AgentHost, Dict[str, Any]], Any]
@@ -107,6 +109,16 @@ def probe_op(agent: AgentHost, args: Dict[str, Any]) -> ProbeResult:
     return probes.run_probe(agent.config, _str(args, "name"))
 
 
+def journal_op(agent: AgentHost, args: Dict[str, Any]) -> Dict[str, Any]:
+    """``{ids: [action id]}``: ``{entries: {id: {op, state: "running"|"done", ok, data|error} | null}}``.
+
+    What an action sent with an ``action_id`` (a restart) did, asked by a console whose link dropped before
+    the answer came (null: this host never got it).
+    """
+    ids = [str(i) for i in (args.get("ids") or [])][:64]
+    return {"entries": agent.journal.get(ids)}
+
+
 def probes_op(agent: AgentHost, args: Dict[str, Any]) -> Dict[str, List[Dict[str, str]]]:
     """``{probes: [{name, title}]}``: the built-in probes."""
     return {"probes": probes.catalog()}
@@ -114,6 +126,8 @@ def probes_op(agent: AgentHost, args: Dict[str, Any]) -> Dict[str, List[Dict[str
 
 # The console sends diagnose, restart and probe (console/controller.py) and stop (a link closing).
 # The rest are kept on purpose, though no console code sends them today:
+# journal is sent after a link drop mid-action (console/controller.py); ping every heartbeat (the agent's
+# watchdog) by console/link/base.py.
 #   ping, backlog, full_procs -- for whoever talks to `fleet-console agent` by hand, and the documented
 #     protocol (docs/architecture.md); agentless mode answers ping and full_procs too;
 #   probes -- the console lists the built-in probes itself (console/actions.py BUILTIN_PROBES);
@@ -128,4 +142,5 @@ OPS: Dict[str, Handler] = {
     "full_procs": full_procs,
     "probes": probes_op,
     "stop_benchmark": stop_benchmark_op,
+    "journal": journal_op,
 }

@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import random
+import secrets
 import time
 from collections import deque
 from collections.abc import Callable
@@ -20,8 +22,9 @@ from typing import Any, Protocol
 
 import asyncssh
 
-from console.agent.protocol import PROTOCOL_VERSION, ProtocolError, decode_frame, encode
+from console.agent.protocol import PROTOCOL_VERSION, encode
 from console.inventory import Instance
+from console.link.validate import BadFrame, FloodGuard, check_result, decode
 
 FrameHandler = Callable[[str, dict[str, Any]], None]
 StatusHandler = Callable[[str, str, str], None]
@@ -34,10 +37,20 @@ FAILURES = frozenset(("unreachable", "agent_failed")) | PERMANENT
 HELLO_TIMEOUT = 30.0  # seconds from starting the agent to its hello
 SILENCE_TIMEOUT = 30.0  # no frame at all for this long: the session is dead, reconnect
 MAX_LINE = 16 * 1024 * 1024
+# A session that ends within this long of its hello counts as a failed attempt: the backoff keeps growing
+# (a host whose agent dies at once is retried ever more slowly, not ~45 times a minute).
+STABLE_AFTER = 30.0
+PING_EVERY = 5.0  # seconds between the console's pings (the agent's watchdog counts them)
+WATCHDOG_PINGS = 3  # an agent that heard nothing for this many pings exits
+BAD_FRAME_REPORT_EVERY = 60.0  # seconds between "bad frame" errors of one instance
 
 
 class LinkError(Exception):
     """A request or command could not be carried out on an instance."""
+
+
+class LinkLost(LinkError):
+    """The request was sent, then the link dropped (or the answer was late): the action may have run."""
 
 
 @dataclass
@@ -106,8 +119,14 @@ class AgentLink:
         self._ids = itertools.count(1)
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        self._connected_at: float | None = None  # monotonic time of the current session's hello
         self.connected_event = asyncio.Event()
         self.last_frame_at = 0.0
+        self.console_id = secrets.token_hex(6)  # this link's agents: a new one replaces the old (pidlock)
+        self.failed_sessions = 0  # sessions that ended within STABLE_AFTER of their hello, in a row
+        self.flood = FloodGuard()
+        self.bad_frames = 0  # dropped since the last report
+        self._bad_reported_at = -BAD_FRAME_REPORT_EVERY
 
     # -- public ---------------------------------------------------------------------------------
     def start(self) -> asyncio.Task[None]:
@@ -148,11 +167,18 @@ class AgentLink:
         self._pending[req_id] = future
         try:
             session.write(encode({"id": req_id, "op": op, "args": args or {}}))
-            return await asyncio.wait_for(future, timeout)
+            answer = await asyncio.wait_for(future, timeout)
         except TimeoutError:
-            raise LinkError(f"{self.name}: no answer to {op!r} within {timeout:g} s") from None
+            raise LinkLost(f"{self.name}: no answer to {op!r} within {timeout:g} s") from None
         finally:
             self._pending.pop(req_id, None)
+        if answer.get("ok"):
+            try:
+                answer["data"] = check_result(op, answer.get("data"))
+            except BadFrame as exc:
+                self._bad_frame(exc)
+                raise LinkError(f"{self.name}: bad answer to {op}: {exc}") from None
+        return answer
 
     async def run_command(self, command: str, timeout: float = 20.0) -> CommandResult:
         raise NotImplementedError
@@ -175,6 +201,13 @@ class AgentLink:
                 await self._close_session()
             if self._stopping:
                 break
+            connected_at = self._connected_at
+            self._connected_at = None
+            if connected_at is not None and time.monotonic() - connected_at >= STABLE_AFTER:
+                self.backoff.reset()  # a session that lasted: the next attempt comes soon
+                self.failed_sessions = 0
+            elif connected_at is not None:
+                self.failed_sessions += 1
             delay = (self.slow_backoff if status in PERMANENT else self.backoff).next_delay()
             self.next_retry_at = time.time() + delay
             self.attempts += 1
@@ -193,16 +226,34 @@ class AgentLink:
         if hello.get("v") != PROTOCOL_VERSION:
             raise SessionFailed("agent_failed", f"agent speaks protocol {hello.get('v')}, need {PROTOCOL_VERSION}")
         self._deliver(hello)
-        self.backoff.reset()
-        self.slow_backoff.reset()
+        self.slow_backoff.reset()  # the fast backoff is reset once the session has lasted (STABLE_AFTER)
+        self._connected_at = time.monotonic()
         self.attempts += 1
         detail = getattr(self._session, "status_detail", None)  # an agentless session says why it is one
         self._set_status("connected", detail or f"agent {hello.get('agent_version')} pid {hello.get('pid')}")
-        while not self._stopping:  # also ends a session whose cancellation got lost (wait_for with a ready line)
-            line = await self._read_line(SILENCE_TIMEOUT, f"agent silent for {SILENCE_TIMEOUT:.0f} s")
-            frame = self._parse(line)
-            if frame is not None:
-                self._deliver(frame)
+        pinger = asyncio.create_task(self._ping_loop(self._session), name=f"ping:{self.name}")
+        try:
+            while not self._stopping:  # also ends a session whose cancellation got lost (wait_for, ready line)
+                line = await self._read_line(SILENCE_TIMEOUT, f"agent silent for {SILENCE_TIMEOUT:.0f} s")
+                pause = self.flood.read(len(line))
+                frame = self._parse(line)
+                if frame is not None and self.flood.admit(frame):
+                    self._deliver(frame)
+                report = self.flood.report()
+                if report is not None:
+                    self._on_frame(self.name, {"type": "error", "ts": time.time(), "message": report})
+                if pause > 0:  # flow control: stop reading; the channel window closes and the host waits
+                    await asyncio.sleep(min(pause, 1.0))
+        finally:
+            pinger.cancel()
+
+    async def _ping_loop(self, session: Session) -> None:
+        """A ping every PING_EVERY seconds (id 0: its answer is not delivered); the agent's watchdog."""
+        ping = encode({"id": 0, "op": "ping", "args": {}})
+        with contextlib.suppress(Exception):
+            while True:
+                await asyncio.sleep(PING_EVERY)
+                session.write(ping)
 
     async def _read_line(self, timeout: float, what: str) -> bytes:
         assert self._session is not None
@@ -219,15 +270,27 @@ class AgentLink:
 
     def _parse(self, line: bytes) -> dict[str, Any] | None:
         try:
-            return decode_frame(line)
-        except ProtocolError as exc:
-            self._on_frame(self.name, {"type": "error", "ts": time.time(), "message": f"bad frame: {exc}"})
+            return decode(line)
+        except BadFrame as exc:
+            self._bad_frame(exc)
             return None
+
+    def _bad_frame(self, exc: Exception) -> None:
+        """One error on the instance for what did not fit, then at most one a minute (with a count)."""
+        self.bad_frames += 1
+        now = time.monotonic()
+        if now - self._bad_reported_at < BAD_FRAME_REPORT_EVERY:
+            return
+        more = f" ({self.bad_frames - 1} more dropped since the last report)" if self.bad_frames > 1 else ""
+        self.bad_frames, self._bad_reported_at = 0, now
+        self._on_frame(self.name, {"type": "error", "ts": time.time(), "message": f"bad frame dropped: {exc}{more}"})
 
     def _deliver(self, frame: dict[str, Any]) -> None:
         self.last_frame_at = time.time()
         if frame["type"] == "result":
-            future = self._pending.get(frame.get("id"))  # type: ignore[arg-type]
+            if frame["id"] == 0:
+                return  # the answer to a ping or stop: nothing waits for it
+            future = self._pending.get(frame["id"])
             if future is not None and not future.done():
                 future.set_result(frame)
         self._on_frame(self.name, frame)
@@ -246,13 +309,19 @@ class AgentLink:
         session, self._session = self._session, None
         for future in self._pending.values():
             if not future.done():
-                future.set_exception(LinkError(f"{self.name}: connection lost"))
+                future.set_exception(LinkLost(f"{self.name}: connection lost"))
         if session is not None:
             with contextlib.suppress(Exception):
                 await session.close()
 
     async def _open_session(self) -> Session:
         raise NotImplementedError
+
+
+def config_line(config: dict[str, Any]) -> bytes:
+    """The agent config as the first stdin line (``--config-stdin``): never in argv, where any user on the
+    host reads it (``/proc/PID/cmdline``: ``benchmark.env`` may hold tokens)."""
+    return (json.dumps(config, separators=(",", ":")) + "\n").encode("utf-8")
 
 
 class StderrTail:

@@ -9,8 +9,17 @@ import signal
 import sys
 from pathlib import Path
 
-from console.agent import config as agent_config
-from console.link.base import MAX_LINE, AgentLink, CommandResult, Session, SessionFailed, StderrTail
+from console.link.base import (
+    MAX_LINE,
+    PING_EVERY,
+    WATCHDOG_PINGS,
+    AgentLink,
+    CommandResult,
+    Session,
+    SessionFailed,
+    StderrTail,
+    config_line,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent  # where ``python -m console.agent`` finds the package
 
@@ -55,7 +64,7 @@ class LocalLink(AgentLink):
     """The agent on this machine, as a subprocess (``transport = "local"``)."""
 
     async def _open_session(self) -> Session:
-        argv = [sys.executable, "-m", "console.agent", "--config", agent_config.encode(self.instance.agent_config())]
+        argv = [sys.executable, "-m", "console.agent", "--config-stdin", "--watchdog", str(PING_EVERY * WATCHDOG_PINGS)]
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,
@@ -67,6 +76,8 @@ class LocalLink(AgentLink):
             )
         except OSError as exc:
             raise SessionFailed("agent_failed", f"could not start the agent: {exc}") from None
+        assert process.stdin is not None
+        process.stdin.write(config_line(self.instance.agent_config()))  # never in argv (other users read it)
         return _LocalSession(process)
 
     async def run_command(self, command: str, timeout: float = 20.0) -> CommandResult:

@@ -13,29 +13,43 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
-import random
-import shlex
 from pathlib import Path
 from typing import Any
 
 import asyncssh
 
-from console.agent import config as agent_config
 from console.agentless import host as agentless_host
 from console.agentless import session as agentless_session  # imports link.base/exec only (never this module)
 from console.bundle import agent_bundle
-from console.link import auth
-from console.link.base import AgentLink, CommandResult, LinkError, Session, SessionFailed, StderrTail
+from console.link import auth, remote
+from console.link.base import (
+    PING_EVERY,
+    WATCHDOG_PINGS,
+    AgentLink,
+    CommandResult,
+    LinkError,
+    Session,
+    SessionFailed,
+    StderrTail,
+    config_line,
+)
 from console.link.exec import exec_command, failure_reason
 from console.link.hostkeys import HostKeyClient, HostKeyOffer, append_known_host, fingerprint
 
-REMOTE_DIR = ".cache/fleet-console"
+REMOTE_DIR = remote.REMOTE_DIR
+
+
+def journal_key(name: str) -> str:
+    """The instance's action journal on the host (one per instance name: any console can ask it)."""
+    return hashlib.sha256(name.encode("utf-8")).hexdigest()[:16]
 
 
 class _SshSession:
-    def __init__(self, conn: asyncssh.SSHClientConnection, process: asyncssh.SSHClientProcess[bytes]) -> None:
-        self.conn, self.process = conn, process
+    def __init__(self, conn: asyncssh.SSHClientConnection, process: asyncssh.SSHClientProcess[bytes],
+                 link: SshLink) -> None:
+        self.conn, self.process, self.link = conn, process, link
         self.stderr = StderrTail()
         self._stderr_task = asyncio.create_task(self._pump_stderr())
 
@@ -51,7 +65,10 @@ class _SshSession:
         self.process.stdin.write(data)
 
     def stderr_tail(self) -> str:
-        return self.stderr.text()
+        tail = self.stderr.text()
+        if remote.NEEDS_UPLOAD in tail:  # missing or changed on the host: the next attempt uploads it again
+            self.link._upload_needed = True
+        return tail
 
     async def close(self) -> None:
         self._stderr_task.cancel()
@@ -69,6 +86,7 @@ class SshLink(AgentLink):
         self.connect_timeout = connect_timeout  # None: the instance's, else ~/.ssh/config's, else 15 s
         self._conn: asyncssh.SSHClientConnection | None = None
         self.host_key_offer: HostKeyOffer | None = None  # an unknown key the operator may accept
+        self._upload_needed = False  # the last start found the zipapp missing or changed: upload again
 
     @property
     def known_hosts_path(self) -> Path:
@@ -182,24 +200,24 @@ class SshLink(AgentLink):
         out = result.stdout or b""
         return agentless_host.parse_probe(out.decode("utf-8", "replace") if isinstance(out, bytes) else str(out))
 
-    async def _ensure_agent(self, conn: asyncssh.SSHClientConnection, present: bool | None = None) -> str:
-        """Upload the agent zipapp unless this exact version is already there; return its path."""
+    async def _ensure_agent(self, conn: asyncssh.SSHClientConnection, present: bool | None = None) -> None:
+        """Upload the agent zipapp unless this exact version is already there (``remote.upload_command``:
+        a 0700 directory of this user, never through a symlink, a fresh temp file renamed into place)."""
         bundle = agent_bundle()
-        path = f"{REMOTE_DIR}/{bundle.remote_name}"
-        if present is None:
-            check = await conn.run(f"test -s {shlex.quote(path)} && echo present", check=False, timeout=30)
-            present = "present" in str(check.stdout)
-        if present:
-            return path
-        tmp = f"{path}.{random.randrange(1 << 30)}.tmp"
-        q_dir, q_tmp, q_path = (shlex.quote(p) for p in (REMOTE_DIR, tmp, path))
-        upload = f"mkdir -p {q_dir} && cat > {q_tmp} && mv -f {q_tmp} {q_path}"
-        result = await conn.run(upload, input=bundle.data, encoding=None, check=False, timeout=60)
+        if present and not self._upload_needed:
+            return
+        command = remote.upload_command(self.instance.python, bundle.remote_name, bundle.sha256)
+        result = await conn.run(command, input=bundle.data, encoding=None, check=False, timeout=60)
         if result.exit_status != 0:
             raw = result.stderr or b""
             err = (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw).strip()
-            raise SessionFailed("agent_failed", f"could not upload the agent: {err or result.exit_status}")
-        return path
+            raise SessionFailed("agent_failed", f"could not upload the agent: {err[-300:] or result.exit_status}")
+        self._upload_needed = False
+
+    def agent_args(self) -> list[str]:
+        """The agent's arguments: nothing secret (the config goes on stdin)."""
+        return ["--config-stdin", "--state-dir", "~/" + REMOTE_DIR, "--console-id", self.console_id,
+                "--journal", journal_key(self.name), "--watchdog", str(PING_EVERY * WATCHDOG_PINGS)]
 
     async def _open_session(self) -> Session:
         conn = await self._connect()
@@ -208,12 +226,11 @@ class SshLink(AgentLink):
             if probe.python in ("none", "old", "broken"):
                 self._conn = conn
                 return agentless_session.AgentlessSession(conn, self.instance, probe)
-            path = await self._ensure_agent(conn, None if probe.python == "unknown" else probe.agent_present)
-            command = " ".join(
-                shlex.quote(part)
-                for part in (self.instance.python, path, "--config", agent_config.encode(self.instance.agent_config()))
-            )
+            await self._ensure_agent(conn, probe.agent_present)
+            bundle = agent_bundle()
+            command = remote.start_command(self.instance.python, bundle.remote_name, bundle.sha256, self.agent_args())
             process = await conn.create_process(command, encoding=None)
+            process.stdin.write(config_line(self.instance.agent_config()))
         except SessionFailed:
             conn.close()
             raise
@@ -221,7 +238,7 @@ class SshLink(AgentLink):
             conn.close()
             raise SessionFailed("agent_failed", f"could not start the agent: {exc}") from None
         self._conn = conn
-        return _SshSession(conn, process)
+        return _SshSession(conn, process, self)
 
     async def _close_session(self) -> None:
         await super()._close_session()
