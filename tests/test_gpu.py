@@ -27,7 +27,7 @@ DYNAMIC = {"index", "lost", "error", "util", "mem_util", "mem_used", "temp", "po
 HEALTHY_SMALL = DYNAMIC - {"lost", "error"}  # a healthy device in a non-full frame: no lost:false / error:null
 MIB = 1024 * 1024
 ROOT = Path(__file__).resolve().parents[1]
-REAL = {"gpu": {"simulate": None}}  # the agent's default: pynvml
+REAL = {"gpu": {"simulate": None}}  # the agent's default: pynvml (its /dev: no workload of ours holds a GPU there)
 
 
 def _procs_view(frames):
@@ -48,8 +48,15 @@ def gpus(nvml_in_process: FakeNvml) -> FakeNvml:
 
 
 @pytest.fixture
-def child():
-    proc = subprocess.Popen(["sleep", "60"])
+def real(gpu_dev: Path) -> dict[str, Any]:
+    """The agent's config for the real pynvml with the fake device directory the workloads hold files of."""
+    return {"gpu": nvml.gpu_config(gpu_dev)}
+
+
+@pytest.fixture
+def child(gpu_dev: Path):
+    """A GPU workload: holds /dev/nvidia0 and /dev/nvidia1 (of ``gpu_dev``) open, as a CUDA process does."""
+    proc = nvml.hold_devices(gpu_dev, [0, 1], ["sleep", "60"])
     try:
         yield proc
     finally:
@@ -102,15 +109,15 @@ def test_last_sample_is_a_full_view_without_touching_nvml(gpus):
     assert sampler.sample()["full"] is False  # asking for the view does not reschedule full frames
 
 
-def test_wire_size_eight_gpus(nvml_in_process):
-    children = [subprocess.Popen(["sleep", "60"]) for _ in range(8)]
+def test_wire_size_eight_gpus(nvml_in_process, gpu_dev, real):
+    children = [nvml.hold_devices(gpu_dev, [i], ["sleep", "60"]) for i in range(8)]
     try:
         gpus = [
             device(i, util=95, mem_used_mib=22000, processes=[{"pid": c.pid, "mem_mib": 20000 + i}])
             for i, c in enumerate(children)
         ]
         nvml_in_process.write(state(gpus))
-        sampler = GpuSampler(REAL)
+        sampler = GpuSampler(real)
         full = len(encode(dict(type="gpu", ts=time.time(), **sampler.sample())))
         small = len(encode(dict(type="gpu", ts=time.time(), **sampler.sample())))
         assert small < 1150, small  # 8 busy GPUs, one process each (unchanged); it was ~1670 with every field
@@ -124,7 +131,7 @@ def test_wire_size_eight_gpus(nvml_in_process):
             c.wait()
 
 
-def test_small_frames_feed_the_console_state(nvml_in_process, child):
+def test_small_frames_feed_the_console_state(nvml_in_process, child, real):
     """What the console keeps from small frames: procs carried over while absent, nulls and defaults as before."""
     from console.inventory import Instance
     from console.state import FleetState
@@ -137,7 +144,7 @@ def test_small_frames_feed_the_console_state(nvml_in_process, child):
             ]
         )
     )
-    sampler = GpuSampler(REAL)
+    sampler = GpuSampler(real)
     fleet = FleetState()
     fleet.add_instance(Instance(name="a", host="h"))
     frames = [sampler.sample() for _ in range(3)]
@@ -151,7 +158,7 @@ def test_small_frames_feed_the_console_state(nvml_in_process, child):
     assert gpu0.static["name"] == "NVIDIA GeForce RTX 3090" and fleet.get("a").gpu_driver
 
 
-def test_process_memory_and_dead_pids(nvml_in_process, child):
+def test_process_memory_and_dead_pids(nvml_in_process, child, real):
     nvml_in_process.write(
         state(
             [
@@ -160,12 +167,15 @@ def test_process_memory_and_dead_pids(nvml_in_process, child):
             ]
         )
     )
-    sampler = GpuSampler(REAL)
+    sampler = GpuSampler(real)
     frame = sampler.sample()
     assert frame["devices"][0]["procs"] == [{"pid": child.pid, "mem": 1000 * MIB}]
-    assert {"pid": 1, "mem": None} in frame["devices"][1]["procs"]  # NVML's "not available" is None
+    # pid 1 here holds no /dev/nvidia1 and no other local process is left to hold it: NVML's pid is not shown
+    # as a local process (it would be another one); NVML's "not available" memory is None
+    assert {"pid": None, "mem": None, "nvml_pid": 1} in frame["devices"][1]["procs"]
     by_pid = sampler.memory_by_pid()
-    assert by_pid[child.pid] == 1024 * MIB and by_pid[1] is None
+    assert by_pid == {child.pid: 1024 * MIB}
+    assert frame["mapping"] == "fds" and frame["pid_ns"] is False
     child.kill()
     child.wait()
     # the driver stops listing a process that ended
@@ -184,17 +194,20 @@ def test_not_supported_fields_are_null(nvml_in_process):
     assert d0["util"] is not None and d0["power"] is not None and not d0["lost"]
 
 
-def test_older_driver_falls_back_to_v2_processes(fake_nvml, child):
+def test_older_driver_falls_back_to_v2_processes(fake_nvml, child, gpu_dev):
     """A driver without nvmlDeviceGetComputeRunningProcesses_v3 (the symbol is missing, as before 510)."""
     fake_nvml.write(state([device(0, processes=[{"pid": child.pid, "mem_mib": 10}])]))
     old_driver = nvml.build_libnvml(no_v3=True)
     out = _in_subprocess(
         {"LD_LIBRARY_PATH": str(old_driver), nvml.STATE_ENV: str(fake_nvml.state_path)},
-        "import json\n"
-        "from console.agent.gpu import GpuSampler\n"
-        "s = GpuSampler({'gpu': {'simulate': None}})\n"
-        "frames = [s.sample() for _ in range(3)]\n"
-        "print(json.dumps({'frames': frames, 'by_pid': s.memory_by_pid(), 'missing': sorted(s.nvml._missing)}))\n",
+        (
+            "import json\n"
+            "from console.agent.gpu import GpuSampler\n"
+            "s = GpuSampler({'gpu': {'simulate': None, 'dev_dir': %r}})\n"
+            "frames = [s.sample() for _ in range(3)]\n"
+            "print(json.dumps({'frames': frames, 'by_pid': s.memory_by_pid(), 'missing': sorted(s.nvml._missing)}))\n"
+        )
+        % str(gpu_dev),
     )
     frames = out["frames"]
     assert frames[0]["devices"][0]["procs"] == [{"pid": child.pid, "mem": 10 * MIB}]
@@ -267,3 +280,149 @@ def test_real_pynvml_without_driver_is_no_gpu():
     first, second = out["frames"]
     assert first["state"] == "no_gpu" and first["message"]
     assert second is None
+
+
+# -- which local process holds the GPU (console/agent/gpumap.py) ---------------------------------------------------
+
+HOST_PIDS = (4194400, 4194401)  # above the default pid_max: no process here has them (a container's view)
+
+
+def test_host_pids_mapped_one_to_one_via_device_fds(nvml_in_process, gpu_dev, real):
+    """NVML reports pids no local process has (the host's): each device's single entry goes to the single local
+    process holding its /dev/nvidiaN."""
+    a = nvml.hold_devices(gpu_dev, [0], ["sleep", "60"])
+    b = nvml.hold_devices(gpu_dev, [1], ["sleep", "60"])
+    try:
+        nvml_in_process.write(
+            state(
+                [
+                    device(0, processes=[{"pid": HOST_PIDS[0], "mem_mib": 700}]),
+                    device(1, processes=[{"pid": HOST_PIDS[1], "mem_mib": 300}]),
+                ]
+            )
+        )
+        sampler = GpuSampler(real)
+        frame = sampler.sample()
+        d0, d1 = frame["devices"]
+        assert d0["procs"] == [{"pid": a.pid, "mem": 700 * MIB, "nvml_pid": HOST_PIDS[0]}]
+        assert d1["procs"] == [{"pid": b.pid, "mem": 300 * MIB, "nvml_pid": HOST_PIDS[1]}]
+        assert sampler.memory_by_pid() == {a.pid: 700 * MIB, b.pid: 300 * MIB}
+        assert frame["mapping"] == "fds" and sampler.features()["gpu_mapping"] == "fds"
+        assert "mapping" not in sampler.sample()  # slim frames carry it only when it changes
+    finally:
+        for p in (a, b):
+            p.kill()
+            p.wait()
+
+
+def test_ambiguous_holders_are_a_group_and_no_pid_is_guessed(nvml_in_process, gpu_dev, real):
+    """Two entries, two local holders of the same GPU: which is which is unknown, so one "≈" group entry (memory
+    summed) and no per-process amount; a local process that merely has NVML's pid number gets nothing."""
+    a = nvml.hold_devices(gpu_dev, [0], ["sleep", "60"])
+    b = nvml.hold_devices(gpu_dev, [0], ["sleep", "60"])
+    bystander = subprocess.Popen(["sleep", "60"])  # NVML's (host) pid happens to be its number; holds no GPU
+    try:
+        nvml_in_process.write(
+            state(
+                [
+                    device(
+                        0, processes=[{"pid": bystander.pid, "mem_mib": 500}, {"pid": HOST_PIDS[0], "mem_mib": 100}]
+                    ),
+                ]
+            )
+        )
+        sampler = GpuSampler(real)
+        [d0] = sampler.sample()["devices"]
+        group = sorted([a.pid, b.pid])
+        assert d0["procs"] == [
+            {"pid": None, "mem": 600 * MIB, "group": group, "nvml_pids": sorted([bystander.pid, HOST_PIDS[0]])}
+        ]
+        by_pid = sampler.memory_by_pid()
+        assert by_pid == {a.pid: None, b.pid: None} and bystander.pid not in by_pid
+    finally:
+        for p in (a, b, bystander):
+            p.kill()
+            p.wait()
+
+
+def test_cuda_holder_preferred_over_an_nvml_only_one(nvml_in_process, gpu_dev, real):
+    """nvidia-smi, nvtop (and this agent) hold /dev/nvidiaN but not /dev/nvidia-uvm, which every CUDA process holds."""
+    cuda = nvml.hold_devices(gpu_dev, [0], ["sleep", "60"])
+    smi = nvml.hold_devices(gpu_dev, [0], ["sleep", "60"], uvm=False)
+    try:
+        nvml_in_process.write(state([device(0, processes=[{"pid": HOST_PIDS[0], "mem_mib": 800}])]))
+        sampler = GpuSampler(real)
+        procs = sampler.sample()["devices"][0]["procs"]
+        assert procs == [{"pid": cuda.pid, "mem": 800 * MIB, "nvml_pid": HOST_PIDS[0]}]
+    finally:
+        for p in (cuda, smi):
+            p.kill()
+            p.wait()
+
+
+def test_new_gpu_process_found_after_the_first_scan(nvml_in_process, gpu_dev, real):
+    sampler = GpuSampler(real)
+    nvml_in_process.write(state([device(0, processes=[{"pid": HOST_PIDS[0], "mem_mib": 10}])]))
+    assert sampler.sample()["devices"][0]["procs"] == [{"pid": None, "mem": 10 * MIB, "nvml_pid": HOST_PIDS[0]}]
+    late = nvml.hold_devices(gpu_dev, [0], ["sleep", "60"])  # a process appears and opens the GPU
+    try:
+        deadline = time.monotonic() + 10
+        while sampler.memory_by_pid().get(late.pid) != 10 * MIB and time.monotonic() < deadline:
+            sampler.sample()
+            time.sleep(0.05)
+        assert sampler.memory_by_pid() == {late.pid: 10 * MIB}
+    finally:
+        late.kill()
+        late.wait()
+
+
+def test_mig_instances_profile_memory_processes(nvml_in_process, gpu_dev, real):
+    """A MIG-enabled A100: its instances with profile, memory and (mapped) processes, not an error."""
+    a = nvml.hold_devices(gpu_dev, [0], ["sleep", "60"])
+    try:
+        mig = {
+            "instances": [
+                {"profile": "3g.40gb", "mem_total_mib": 40192, "mem_used_mib": 9000,
+                 "processes": [{"pid": HOST_PIDS[0], "mem_mib": 8000}]},
+                {"profile": "1g.10gb", "mem_total_mib": 9856, "mem_used_mib": 13, "processes": []},
+            ]
+        }
+        nvml_in_process.write(state([device(0, name="NVIDIA A100-SXM4-80GB", mem_total_mib=81920, mig=mig)]))
+        sampler = GpuSampler(real)
+        frame = sampler.sample()
+        [d0] = frame["devices"]
+        assert not d0["lost"] and d0["error"] is None and d0["util"] is None  # no utilization under MIG
+        assert d0["procs"] == [{"pid": a.pid, "mem": 8000 * MIB, "nvml_pid": HOST_PIDS[0]}]
+        i0, i1 = d0["mig"]
+        assert (i0["index"], i0["profile"], i0["mem_total"], i0["mem_used"]) == (0, "3g.40gb", 40192 * MIB, 9000 * MIB)
+        assert i0["procs"] == [{"pid": a.pid, "mem": 8000 * MIB, "nvml_pid": HOST_PIDS[0]}]
+        assert i0["uuid"].startswith("MIG-") and (i1["profile"], i1["procs"]) == ("1g.10gb", [])
+        assert "mig" not in sampler.sample()["devices"][0]  # unchanged: left out of slim frames
+        mig["instances"][1]["mem_used_mib"] = 500
+        nvml_in_process.write(state([device(0, name="NVIDIA A100-SXM4-80GB", mem_total_mib=81920, mig=mig)]))
+        assert sampler.sample()["devices"][0]["mig"][1]["mem_used"] == 500 * MIB
+    finally:
+        a.kill()
+        a.wait()
+
+
+def test_driver_gone_mid_run_is_no_gpu_then_back(nvml_in_process, gpu_dev):
+    nvml_in_process.write(state([device(0), device(1)]))
+    sampler = GpuSampler({"gpu": nvml.gpu_config(gpu_dev, lost_retry=0.0)})
+    assert sampler.sample()["state"] == "ok"
+    nvml_in_process.write(state([device(0), device(1)], init_error="DRIVER_NOT_LOADED"))
+    frame = sampler.sample()
+    assert frame["state"] == "no_gpu" and frame["devices"] == [] and "Driver Not Loaded" in frame["message"]
+    assert sampler.state == "no_gpu" and sampler.memory_by_pid() == {}
+    nvml_in_process.write(state([device(0), device(1)]))  # the driver is back: NVML is initialized anew
+    frame = sampler.sample()
+    assert frame["state"] == "ok" and frame["full"] and len(frame["devices"]) == 2
+
+
+def test_lost_retry_from_config(nvml_in_process, gpu_dev):
+    nvml_in_process.write(state([device(0, error="GPU_IS_LOST")]))
+    sampler = GpuSampler({"gpu": nvml.gpu_config(gpu_dev, lost_retry=0.0)})
+    assert sampler.sample()["devices"][0]["lost"]
+    nvml_in_process.write(state([device(0)]))
+    frame = sampler.sample()
+    assert not frame["devices"][0]["lost"] and frame["full"]

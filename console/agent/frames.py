@@ -30,7 +30,7 @@ STATIC_GPU_FIELDS = ("name", "uuid", "mem_total", "power_limit")  # in full fram
 FULL_EVERY = 60.0  # seconds between frames carrying the static fields
 STATE_REPEAT = 60.0  # a no_gpu / error frame is repeated (and the GPUs looked for again) at most this often
 LOST_RETRY = 30.0  # a lost device is probed again after this many seconds
-_SLIM_DROP = frozenset(("lost", "error", "procs"))  # procs is added back when it changed
+_SLIM_DROP = frozenset(("lost", "error", "procs", "mig"))  # procs and mig are added back when they changed
 _NO_STATIC: Dict[str, Any] = dict.fromkeys(STATIC_GPU_FIELDS)
 
 
@@ -96,24 +96,37 @@ def static_of(record: Mapping[str, Any]) -> Dict[str, Any]:
     return {key: record.get(key) for key in STATIC_GPU_FIELDS}
 
 
-def slim_gpu_record(record: GpuDevice, sent_procs: Optional[List[GpuProc]]) -> GpuDevice:
+def slim_gpu_record(
+    record: GpuDevice, sent_procs: Optional[List[GpuProc]], sent_mig: Optional[List[Any]] = None
+) -> GpuDevice:
     """A record in a frame that is not ``full``: a healthy device leaves out ``lost`` (false), ``error`` (null),
-    every null field, and ``procs`` when it equals ``sent_procs`` (the list the last frame carried); a lost
-    device's record is complete. The caller remembers ``record["procs"]`` as sent."""
+    every null field, ``procs`` when it equals ``sent_procs`` (the list the last frame carried) and ``mig`` when it
+    equals ``sent_mig``; a lost device's record is complete. The caller remembers both as sent."""
     if record.get("lost"):
         return record
     out = {k: v for k, v in record.items() if v is not None and k not in _SLIM_DROP}
     procs = record.get("procs")
     if procs != sent_procs:
         out["procs"] = procs
+    mig = record.get("mig")
+    if mig is not None and mig != sent_mig:
+        out["mig"] = mig
     return cast(GpuDevice, out)  # a subset of a GpuDevice's keys (index is never null) is a GpuDevice
 
 
 def gpu_frame(
-    state: str, simulated: bool, driver: Optional[str], message: Optional[str], full: bool, devices: List[GpuDevice]
+    state: str,
+    simulated: bool,
+    driver: Optional[str],
+    message: Optional[str],
+    full: bool,
+    devices: List[GpuDevice],
+    pid_ns: Optional[bool] = None,
+    mapping: Optional[str] = None,
 ) -> Dict[str, Any]:
-    """A complete ``gpu`` frame's fields: the first, the periodic full ones, and every one whose state is not ok."""
-    return {
+    """A complete ``gpu`` frame's fields: the first, the periodic full ones, and every one whose state is not ok;
+    ``pid_ns`` and ``mapping`` (how GPU processes are mapped, ``gpumap.py``) when known."""
+    frame = {
         "state": state,
         "simulated": simulated,
         "driver": driver,
@@ -121,20 +134,34 @@ def gpu_frame(
         "full": full,
         "devices": devices,
     }
+    if pid_ns is not None:
+        frame["pid_ns"] = pid_ns
+    if mapping is not None:
+        frame["mapping"] = mapping
+    return frame
 
 
-def slim_gpu_frame(devices: List[GpuDevice]) -> Dict[str, Any]:
-    """A ``gpu`` frame of state ok that is not full: ``simulated``/``driver``/``message`` left out (kept)."""
-    return {"state": "ok", "full": False, "devices": devices}
+def slim_gpu_frame(devices: List[GpuDevice], mapping: Optional[str] = None) -> Dict[str, Any]:
+    """A ``gpu`` frame of state ok that is not full: ``simulated``/``driver``/``message`` left out (kept);
+    ``mapping`` only when it changed since the last frame that carried it."""
+    frame: Dict[str, Any] = {"state": "ok", "full": False, "devices": devices}
+    if mapping is not None:
+        frame["mapping"] = mapping
+    return frame
 
 
 def sum_memory_by_pid(proc_lists: Iterable[List[GpuProc]]) -> Dict[int, Optional[int]]:
-    """GPU memory per pid summed over devices (``[{pid, mem}]`` each); None: on a GPU, amount unknown."""
+    """GPU memory per local pid summed over devices (``[{pid, mem}]`` each); None: on a GPU, amount unknown
+    (the members of a group entry: which of them holds how much is not known; an entry with no local process
+    counts for nobody)."""
     mem: Dict[int, Optional[int]] = {}
     for procs in proc_lists:
         for proc in procs:
             pid, used = proc["pid"], proc["mem"]
-            if used is None:
+            if pid is None:
+                for member in proc.get("group") or ():
+                    mem.setdefault(member, None)
+            elif used is None:
                 mem.setdefault(pid, None)
             else:
                 mem[pid] = (mem.get(pid) or 0) + used

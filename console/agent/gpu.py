@@ -12,12 +12,19 @@ back).  In the other frames of state ``ok`` a healthy device's record leaves out
 knows or can take as the default: ``lost`` (false), ``error`` (null), any field that is null, and
 ``procs`` when that device's list is the same as in the previous frame (consumers keep the last one).
 A lost device's record is always complete.  Watts are rounded to 0.1 W.
+
+Processes: NVML's pids are the host's; ``gpumap.PidMapper`` maps them onto this ``/proc`` (checked against the
+/dev/nvidiaN fds, N = the device's minor number; the directory is config ``gpu.dev_dir``), and the frame says
+``pid_ns`` (full frames) and ``mapping`` (full frames and when it changes).  A MIG-enabled GPU's record has
+``mig``: its instances (profile, memory, processes), sent in slim frames only when they changed.  The driver
+going away while the agent runs (NVML's "Driver Not Loaded" / "Library Not Found" from a device call) is state
+``no_gpu`` again, NVML initialized anew after ``gpu.lost_retry`` seconds (as a lost device is re-probed).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, List, Optional, cast
+from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 from .frames import (
     FULL_EVERY,
@@ -31,7 +38,8 @@ from .frames import (
     sum_memory_by_pid,
     with_static,
 )
-from .protocol import GpuDevice, GpuProc
+from .gpumap import PidMapper
+from .protocol import GpuDevice, GpuMig, GpuProc
 
 # FULL_EVERY, LOST_RETRY, STATE_REPEAT and sum_memory_by_pid are shared with agentless mode (frames.py); they stay
 # importable from here, and LOST_RETRY is read as this module's global (a test shortens it).
@@ -59,6 +67,15 @@ class DeviceError(Exception):
     """An NVML error that puts the whole device out of reach (it is reported as lost)."""
 
 
+class NoDriver(DeviceError):
+    """The driver (or library) went away: every device is out of reach, state ``no_gpu``."""
+
+
+def _device_error(exc: BaseException) -> DeviceError:
+    code = getattr(exc, "value", None)
+    return NoDriver(describe(exc)) if code in _NO_DRIVER_CODES else DeviceError(describe(exc))
+
+
 class Nvml:
     """A pynvml-like module plus one ``call`` helper that maps NVML errors."""
 
@@ -81,7 +98,7 @@ class Nvml:
             code = getattr(exc, "value", None)
             if code in _FIELD_CODES:
                 return None
-            raise DeviceError(describe(exc)) from None
+            raise _device_error(exc) from None
         except (AttributeError, TypeError, ValueError):
             return None  # an older pynvml without this function/struct
         except Exception as exc:
@@ -108,7 +125,7 @@ class Nvml:
                     continue
                 if code in _FIELD_CODES:
                     return None
-                raise DeviceError(describe(exc)) from None
+                raise _device_error(exc) from None
             except Exception as exc:
                 if type(exc).__name__ == "NVMLLibraryMismatchError":
                     self._missing.add(name)
@@ -172,8 +189,11 @@ class _Device:
         self.retry_at = 0.0
         self.static: Optional[Dict[str, Any]] = None
         self.unsupported: set = set()  # NVML functions that said "not supported" (until next full frame)
+        self.minor: Optional[int] = None  # /dev/nvidiaN (None: unknown; any /dev/nvidia device then counts)
         self.procs: List[GpuProc] = []
         self.sent_procs: Optional[List[GpuProc]] = None  # procs as the last frame carried them
+        self.mig: Optional[List[Tuple[int, Any, Dict[str, Any]]]] = None  # MIG instances: (index, handle, static)
+        self.sent_mig: Optional[List[GpuMig]] = None
 
 
 class GpuSampler:
@@ -196,7 +216,21 @@ class GpuSampler:
         self._next_state_frame = 0.0
         self._next_init = 0.0
         self._mem_by_pid: Dict[int, Optional[int]] = {}
+        gpu_config = config.get("gpu") or {}
+        retry = gpu_config.get("lost_retry")
+        self.lost_retry: Optional[float] = float(retry) if isinstance(retry, (int, float)) else None
+        self.mapper = PidMapper(gpu_config.get("dev_dir"), trust_unverified=self.simulated)
+        self._sent_mapping: Optional[str] = None
         self._init()
+
+    @property
+    def _retry(self) -> float:
+        """Seconds before a lost device (or a driver that went away) is tried again: ``gpu.lost_retry``."""
+        return LOST_RETRY if self.lost_retry is None else self.lost_retry
+
+    def features(self) -> Dict[str, Any]:
+        """The hello's GPU fields beyond ``gpu``: ``pid_ns`` and ``gpu_mapping``."""
+        return {"pid_ns": self.mapper.pid_ns, "gpu_mapping": self.mapper.mapping}
 
     # -- init / shutdown ----------------------------------------------------------------------
     def _init(self) -> None:
@@ -223,7 +257,7 @@ class GpuSampler:
             self.driver = _text(self.nvml.call("nvmlSystemGetDriverVersion"))
             count = self.nvml.call("nvmlDeviceGetCount")
         except DeviceError as exc:
-            self.state, self.message = "error", str(exc)
+            self.state, self.message = "no_gpu" if isinstance(exc, NoDriver) else "error", str(exc)
             return
         if not count:
             self.state, self.message = "no_gpu", "NVIDIA driver present but no devices"
@@ -265,15 +299,18 @@ class GpuSampler:
             was_lost = dev.lost or dev.static is None
             try:
                 record = self._sample_device(dev, full or was_lost)
+            except NoDriver as exc:
+                return self._driver_gone(str(exc), now)
             except DeviceError as exc:
-                dev.lost, dev.error, dev.retry_at, dev.handle = True, str(exc), now + LOST_RETRY, None
-                dev.procs = []
+                dev.lost, dev.error, dev.retry_at, dev.handle = True, str(exc), now + self._retry, None
+                dev.procs, dev.mig = [], None
                 records.append(lost_gpu_record(dev.index, dev.error))
                 continue
             if was_lost and not full:  # a device that came (back): everyone gets static fields again
                 full = True
             dev.lost, dev.error = False, None
             records.append(record)
+        self._map_processes(records)
         if full:
             self._next_full = now + FULL_EVERY
             for dev, record in zip(self.devices, records):
@@ -283,13 +320,38 @@ class GpuSampler:
         self._last_records = records
         if full:
             for dev, record in zip(self.devices, records):
-                dev.sent_procs = record["procs"]
+                dev.sent_procs, dev.sent_mig = record["procs"], record.get("mig")
+            self._sent_mapping = self.mapper.mapping
             return self._frame(True, records)
         slim = []
         for dev, record in zip(self.devices, records):
-            slim.append(slim_gpu_record(record, dev.sent_procs))
-            dev.sent_procs = record["procs"]
-        return slim_gpu_frame(slim)
+            slim.append(slim_gpu_record(record, dev.sent_procs, dev.sent_mig))
+            dev.sent_procs, dev.sent_mig = record["procs"], record.get("mig")
+        mapping = self.mapper.mapping
+        changed, self._sent_mapping = mapping != self._sent_mapping, mapping
+        return slim_gpu_frame(slim, mapping if changed else None)
+
+    def _driver_gone(self, message: str, now: float) -> Dict[str, Any]:
+        """A device call said the driver is gone: state no_gpu, NVML initialized again after ``_retry`` s."""
+        self.close()
+        self.state, self.message = "no_gpu", message
+        self.devices, self._last_records, self._mem_by_pid = [], None, {}
+        self._next_init = now + self._retry
+        self._next_state_frame = now + STATE_REPEAT
+        return self._frame(False, [])
+
+    def _map_processes(self, records: List[GpuDevice]) -> None:
+        """NVML's entries (host pids) as local processes, per device and per MIG instance (gpumap.py)."""
+        live = [(dev, rec) for dev, rec in zip(self.devices, records) if not rec.get("lost")]
+        if not any(dev.procs for dev, _rec in live):
+            return
+        mapped = self.mapper.map([(dev.minor, dev.procs) for dev, _rec in live])
+        for (dev, rec), procs in zip(live, mapped):
+            if procs is dev.procs:
+                continue
+            for inst in rec.get("mig") or ():
+                inst["procs"] = _remap(inst.get("procs") or [], procs)
+            dev.procs = rec["procs"] = procs
 
     def last_sample(self) -> Optional[Dict[str, Any]]:
         """The latest sample as a full frame (static fields merged in), for diagnosis; no NVML calls."""
@@ -304,7 +366,8 @@ class GpuSampler:
         return self._frame(True, merged)
 
     def _frame(self, full: bool, devices: List[GpuDevice]) -> Dict[str, Any]:
-        return gpu_frame(self.state, self.simulated, self.driver, self.message, full, devices)
+        return gpu_frame(self.state, self.simulated, self.driver, self.message, full, devices,
+                         pid_ns=self.mapper.pid_ns, mapping=self.mapper.mapping)
 
     def _q(self, dev: _Device, name: str, *args: Any) -> Any:
         if name in dev.unsupported:
@@ -324,6 +387,7 @@ class GpuSampler:
             if handle is None:
                 raise DeviceError("no handle for device %d" % dev.index)
             dev.handle = handle
+            dev.minor = _int(nvml.call("nvmlDeviceGetMinorNumber", handle))
         util = self._q(dev, "nvmlDeviceGetUtilizationRates")
         meminfo = self._q(dev, "nvmlDeviceGetMemoryInfo")
         clock_sm = getattr(mod, "NVML_CLOCK_SM", 1)
@@ -333,12 +397,12 @@ class GpuSampler:
         raw_procs = None if "procs" in dev.unsupported else nvml.compute_processes(dev.handle)
         if raw_procs is None:
             dev.unsupported.add("procs")
-        procs: List[GpuProc] = []
-        for proc in raw_procs or []:
-            pid = _int(getattr(proc, "pid", None))
-            if pid is None:
-                continue
-            procs.append({"pid": pid, "mem": _int(getattr(proc, "usedGpuMemory", None))})
+        procs = _gpu_procs(raw_procs)
+        if static_too or dev.static is None:
+            dev.mig = self._mig_instances(dev)
+        mig = self._sample_mig(dev) if dev.mig else None
+        if mig is not None and not procs:  # a parent that does not list its instances' processes
+            procs = [p for inst in mig for p in inst.get("procs") or []]
         dev.procs = procs
         record = gpu_record(
             dev.index,
@@ -352,6 +416,8 @@ class GpuSampler:
             fan=_int(self._q(dev, "nvmlDeviceGetFanSpeed")),
             procs=procs,
         )
+        if mig is not None:
+            record["mig"] = mig
         if static_too or dev.static is None:
             dev.static = {
                 "name": _text(nvml.call("nvmlDeviceGetName", dev.handle)),
@@ -360,3 +426,98 @@ class GpuSampler:
                 "power_limit": _watts(nvml.call("nvmlDeviceGetEnforcedPowerLimit", dev.handle)),
             }
         return record
+
+    # -- MIG ------------------------------------------------------------------------------------------------
+    def _mig_instances(self, dev: _Device) -> Optional[List[Tuple[int, Any, Dict[str, Any]]]]:
+        """A MIG-enabled GPU's instances (index, handle, static fields); None when MIG is off or unsupported.
+
+        Asked with the static fields (full frames). A MIG query that fails leaves the device as it is."""
+        nvml = self.nvml
+        assert nvml is not None
+        try:
+            mode = nvml.call("nvmlDeviceGetMigMode", dev.handle)
+            if not mode or _int(mode[0]) != 1:
+                return None
+            count = _int(nvml.call("nvmlDeviceGetMaxMigDeviceCount", dev.handle)) or 0
+            out = []
+            for i in range(count):
+                handle = nvml.call("nvmlDeviceGetMigDeviceHandleByIndex", dev.handle, i)
+                if handle is None:  # an empty slot (NOT_FOUND)
+                    continue
+                name = _text(nvml.call("nvmlDeviceGetName", handle)) or ""
+                meminfo = nvml.call("nvmlDeviceGetMemoryInfo", handle)
+                out.append((i, handle, {
+                    "profile": name.rpartition(" MIG ")[2] or None if " MIG " in name else None,
+                    "uuid": _text(nvml.call("nvmlDeviceGetUUID", handle)),
+                    "mem_total": _int(getattr(meminfo, "total", None)) if meminfo is not None else None,
+                }))
+        except NoDriver:
+            raise
+        except DeviceError:
+            return None
+        return out
+
+    def _sample_mig(self, dev: _Device) -> Optional[List[GpuMig]]:
+        """Each MIG instance's memory and processes (NVML's pids; mapped with the device's)."""
+        nvml = self.nvml
+        assert nvml is not None and dev.mig is not None
+        out: List[GpuMig] = []
+        for index, handle, static in dev.mig:
+            try:
+                meminfo = nvml.call("nvmlDeviceGetMemoryInfo", handle)
+                procs = _gpu_procs(nvml.compute_processes(handle))
+            except NoDriver:
+                raise
+            except DeviceError:  # the instance went away (reconfigured): look again at the next full frame
+                meminfo, procs = None, []
+            inst: GpuMig = {
+                "index": index,
+                "profile": static["profile"],
+                "uuid": static["uuid"],
+                "mem_total": static["mem_total"],
+                "mem_used": _int(getattr(meminfo, "used", None)) if meminfo is not None else None,
+                "procs": procs,
+            }
+            out.append(inst)
+        return out
+
+
+def _gpu_procs(raw: Optional[List[Any]]) -> List[GpuProc]:
+    """NVML process structs as ``[{pid, mem}]`` (NVML's pids)."""
+    procs: List[GpuProc] = []
+    for proc in raw or []:
+        pid = _int(getattr(proc, "pid", None))
+        if pid is not None:
+            procs.append({"pid": pid, "mem": _int(getattr(proc, "usedGpuMemory", None))})
+    return procs
+
+
+def _remap(entries: List[GpuProc], device: List[GpuProc]) -> List[GpuProc]:
+    """A MIG instance's NVML entries mapped as its GPU's were (``device``: the GPU's mapped entries)."""
+    local: Dict[int, int] = {}  # NVML pid -> local pid
+    groups: Dict[int, List[int]] = {}  # NVML pid -> its group's members
+    for e in device:
+        pid = e["pid"]
+        if pid is not None:
+            local[e.get("nvml_pid", pid)] = pid
+        for nvml_pid in e.get("nvml_pids") or ():
+            groups[nvml_pid] = e.get("group") or []
+    out: List[GpuProc] = []
+    grouped: List[GpuProc] = []
+    for e in entries:
+        pid = e["pid"]
+        if pid is not None and pid in local:
+            mapped: GpuProc = {"pid": local[pid], "mem": e["mem"]}
+            if local[pid] != pid:
+                mapped["nvml_pid"] = pid
+            out.append(mapped)
+        elif pid is not None and pid in groups:
+            grouped.append(e)
+        else:
+            out.append({"pid": None, "mem": e["mem"], "nvml_pid": pid} if pid is not None else e)
+    if grouped:
+        mems = [e["mem"] for e in grouped]
+        members = sorted({m for e in grouped for m in groups[cast(int, e["pid"])]})
+        out.append({"pid": None, "mem": None if None in mems else sum(m or 0 for m in mems), "group": members,
+                    "nvml_pids": sorted(cast(int, e["pid"]) for e in grouped)})
+    return out

@@ -28,11 +28,31 @@ LogEvent = Literal["created", "rotated", "truncated", "missing"]
 Severity = Literal["info", "warning", "error", "critical"]
 
 
-class GpuProc(TypedDict):
-    """One compute process on a device, as NVML (or nvidia-smi) reports it: host pid numbering."""
-
-    pid: int
+class _GpuProcBase(TypedDict):
+    pid: Optional[int]  # a local process (see console/agent/gpumap.py); None: not one process here
     mem: Optional[int]  # bytes; None when NVML does not know it
+
+
+class GpuProc(_GpuProcBase, total=False):
+    """One compute process on a device, its pid mapped onto the agent's /proc (gpumap.py): NVML's own pid when
+    that process holds the device; else ``nvml_pid`` is NVML's (host) pid and ``pid`` the one local holder, or
+    null with ``group`` (the local holders of several entries, memory summed: shown with "≈") or alone (no
+    local process found)."""
+
+    nvml_pid: int  # NVML's pid, when ``pid`` is not it
+    group: List[int]  # several entries held by these local processes, which one is which unknown
+    nvml_pids: List[int]  # NVML's pids of a group's entries
+
+
+class GpuMig(TypedDict, total=False):
+    """One MIG instance of a MIG-enabled GPU (the device record's ``mig``)."""
+
+    index: int  # MIG device index on its GPU
+    profile: Optional[str]  # "1g.10gb"
+    uuid: Optional[str]
+    mem_total: Optional[int]  # bytes
+    mem_used: Optional[int]  # bytes
+    procs: List[GpuProc]
 
 
 class _GpuDeviceBase(TypedDict):
@@ -58,6 +78,7 @@ class GpuDevice(_GpuDeviceBase, total=False):
     uuid: Optional[str]
     mem_total: Optional[int]  # bytes
     power_limit: Optional[float]  # watts
+    mig: List[GpuMig]  # MIG-enabled GPUs: their instances (slim frames: only when changed)
 
 
 class _FrameBase(TypedDict):
@@ -71,6 +92,8 @@ class Features(TypedDict, total=False):
     simulated_gpu: bool
     ops: List[str]
     agentless: bool
+    pid_ns: bool  # the agent's /proc is not the root PID namespace (a container): NVML pids are the host's
+    gpu_mapping: str  # how GPU processes were mapped: "pid" (NVML's pids checked) | "fds" (via /dev/nvidia fds)
 
 
 class HelloFrame(_FrameBase, total=False):
@@ -99,6 +122,8 @@ class GpuFrame(_GpuFrameBase, total=False):
     simulated: bool
     driver: Optional[str]
     message: Optional[str]
+    pid_ns: bool  # full frames: the agent is in a PID namespace of its own (a container)
+    mapping: str  # full frames and when it changes: "pid" | "fds" (see Features.gpu_mapping)
 
 
 class ProcRecord(TypedDict):

@@ -5,6 +5,7 @@
   environment that puts both, and the fake ``nvidia-smi``, in front of whatever runs with it.
 - ``nvml_sshd``: a real sshd whose sessions get that environment: an agent started over SSH loads the fake
   ``libnvidia-ml.so.1`` through nvidia-ml-py exactly as on a GPU host.
+- ``gpu_dev``: a device directory (``gpu.dev_dir``) of fake ``/dev/nvidiaN`` files for workloads to hold.
 - ``nvml_in_process``: the fake library loaded into the test process itself (by its soname, as
   ``LD_LIBRARY_PATH`` would), for tests that drive ``GpuSampler`` directly with the real pynvml.
 """
@@ -27,6 +28,11 @@ def fake_nvml(tmp_path: Path) -> FakeNvml:
     fake = FakeNvml(nvml.build_libnvml(), tmp_path / "nvml-state.json")
     fake.write(nvml.state([nvml.device(0), nvml.device(1)]))
     return fake
+
+
+@pytest.fixture
+def gpu_dev(tmp_path: Path) -> Path:
+    return nvml.make_dev_dir(tmp_path / "dev")
 
 
 @pytest.fixture

@@ -19,6 +19,10 @@ query of it except name/uuid/minor/index. ``not_supported`` names fields (``util
 ``memory``, ``temp``, ``power``, ``power_limit``, ``clocks``, ``sm_clock``, ``mem_clock``, ``fan``,
 ``processes``, ``mig``, ``minor``) whose query answers ``NVML_ERROR_NOT_SUPPORTED``, as does a numeric
 field that is null or missing. A process's ``mem_mib`` null is NVML's "not available".
+
+The agent trusts an NVML pid only when that process holds ``/dev/nvidiaN`` (N = the device's ``minor``), in the
+device directory of its config (``gpu.dev_dir``): ``make_dev_dir`` makes such a directory of plain files and
+``hold_devices`` starts a "GPU workload" holding some of them open (``gpu_config`` is the agent config part).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,3 +148,35 @@ def remote_env(lib_dir: Path, state_path: Path, path: str | None = None) -> dict
         STATE_ENV: str(state_path),
         "PATH": f"{BIN_DIR}:{path if path is not None else os.environ.get('PATH', os.defpath)}",
     }
+
+
+def make_dev_dir(path: Path, count: int = 8) -> Path:
+    """A device directory for ``gpu.dev_dir``: plain files ``nvidia0``..``nvidia{count-1}``, ``nvidiactl`` and
+    ``nvidia-uvm`` (the agent matches the paths a process holds open, never opens them)."""
+    path.mkdir(parents=True, exist_ok=True)
+    for name in [*(f"nvidia{i}" for i in range(count)), "nvidiactl", "nvidia-uvm"]:
+        (path / name).touch()
+    return path
+
+
+def device_paths(dev_dir: Path, minors: Sequence[int], uvm: bool = True) -> list[Path]:
+    """What a CUDA process holds for ``minors``: ``nvidiaN`` each, ``nvidiactl``, and ``nvidia-uvm``."""
+    held = [*(dev_dir / f"nvidia{m}" for m in minors), dev_dir / "nvidiactl"]
+    return [*held, dev_dir / "nvidia-uvm"] if uvm else held
+
+
+def hold_devices(
+    dev_dir: Path, minors: Sequence[int], argv: Sequence[str] = ("sleep", "120"), uvm: bool = True, **popen: Any
+) -> subprocess.Popen[bytes]:
+    """A "GPU workload": ``argv`` started holding ``dev_dir``/nvidiaN (each of ``minors``) open, as CUDA does."""
+    fds = [os.open(p, os.O_RDONLY) for p in device_paths(dev_dir, minors, uvm)]
+    try:
+        return subprocess.Popen(list(argv), pass_fds=fds, **popen)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def gpu_config(dev_dir: Path, **fields: Any) -> dict[str, Any]:
+    """The agent config's ``gpu`` table for the real (faked) NVML with this device directory."""
+    return {"simulate": None, "dev_dir": str(dev_dir), **fields}
