@@ -255,12 +255,12 @@ class FleetApp(App):
     def on_open_instance(self, message: OpenInstance) -> None:
         self.open_instance(message.name)
 
-    def open_instance(self, name: str) -> None:
+    def open_instance(self, name: str, tab: str = "tab-gpus") -> None:
         if name not in self.state.instances:
             return
         if isinstance(self.screen, InstanceScreen):
             self.pop_screen()
-        self.push_screen(InstanceScreen(self.state, name, demo=self.demo, read_only=self.read_only))
+        self.push_screen(InstanceScreen(self.state, name, demo=self.demo, read_only=self.read_only, tab=tab))
 
     def on_selection_changed(self, message: SelectionChanged) -> None:
         self.update_header()
@@ -489,8 +489,12 @@ class FleetApp(App):
             return
         if name in self.state.instances and not self.state.instances[name].probes.get(probe):
             self.state.set_probe_result(name, probe, data or {})
-        if not self.show_tab(name, 4):
-            self.notify("%s: probe %s done (Enter, then 5 to read it)" % (name, probe), timeout=6)
+        if self.show_tab(name, 4):
+            return
+        if len(self.screen_stack) == 1:  # asked from the grid: its output is what the operator wants next
+            self.open_instance(name, tab="tab-probes")
+        else:  # (another screen is up: do not pull the operator away from it)
+            self.notify("%s: probe %s done (its output is on the Probes tab, 5)" % (name, probe), timeout=6)
 
     async def action_quit(self) -> None:
         await self.stop_controller()

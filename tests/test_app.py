@@ -757,3 +757,22 @@ async def test_read_only_footers_do_not_offer_restart_and_r_still_says_refused(t
         await pilot.press("r")
         await wait_until(pilot, lambda: any(t == "Refused" for _, t, _ in app.notices), what="refusal")
         assert app.screen is screen
+
+
+async def test_a_probe_from_the_grid_shows_its_output_and_output_opens_at_its_tail(tmp_path: Path) -> None:
+    app = make_app(tmp_path, names=("alpha",))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="live agent")
+        await pilot.press("p")
+        await wait_until(pilot, lambda: isinstance(app.screen, ProbeMenu), what="probe menu")
+        await pilot.press("3")  # resources, from the grid
+        await wait_until(pilot, lambda: isinstance(app.screen, InstanceScreen), timeout=60, what="the output shown")
+        await wait_until(pilot, lambda: "load:" in screen_text(app), timeout=5, what="the probe's lines")
+        assert not any("Enter, then 5" in m for _, _, m in app.notices)
+        # a long output (a kernel log: boot lines first) opens at its last line
+        app.state.set_probe_result("alpha", "dmesg", {
+            "title": "kernel log (tail)", "lines": ["[    0.%06d] boot line %d" % (k, k) for k in range(1, 200)]
+            + ["[ 9999.000000] NVRM: Xid 79, GPU has fallen off the bus"]})
+        app.screen.update_from_state(force=True)
+        await wait_until(pilot, lambda: "fallen off the bus" in screen_text(app), timeout=5, what="the tail")
+        assert "boot line 1\n" not in screen_text(app) + "\n"

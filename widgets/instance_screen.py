@@ -101,7 +101,7 @@ def probes_text(inst: InstanceState) -> Text:
     if not inst.probes:
         text.append("No probe output yet — press p to run a probe.\n", "dim")
         return text
-    for name, data in sorted(inst.probes.items(), key=lambda kv: -kv[1].get("at", 0)):
+    for name, data in sorted(inst.probes.items(), key=lambda kv: kv[1].get("at", 0)):  # the newest last
         text.append("%s" % data.get("title") or name, "bold")
         text.append("  (%s, %s ago)\n" % (name, format_age(time.time() - data.get("at", time.time()))), "dim")
         for line in data.get("lines") or []:
@@ -170,8 +170,11 @@ class InstanceScreen(Screen):
         Binding("question_mark", "app.help", "Help"),
     ]
 
-    def __init__(self, state: FleetState, name: str, *, demo: bool = False, read_only: bool = False) -> None:
+    def __init__(
+        self, state: FleetState, name: str, *, demo: bool = False, read_only: bool = False, tab: str = "tab-gpus"
+    ) -> None:
         super().__init__()
+        self.initial_tab = tab if tab in TABS else "tab-gpus"
         self.state = state
         self.instance_name = name
         self.demo = demo
@@ -186,7 +189,7 @@ class InstanceScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Static(id="inst-header")
-        with TabbedContent(id="inst-tabs", initial="tab-gpus"):
+        with TabbedContent(id="inst-tabs", initial=self.initial_tab):
             with TabPane("GPUs", id="tab-gpus"), VerticalScroll():
                 yield Static(id="gpu-detail")
             with TabPane("Processes", id="tab-procs"):
@@ -237,6 +240,9 @@ class InstanceScreen(Screen):
             if force or self._seen.get("probes") != probes_key:
                 self._seen["probes"] = probes_key
                 self.query_one("#probe-text", Static).update(probes_text(inst))
+                # output opens at its tail (a kernel log's last lines, not its boot lines)
+                box = self.query_one("#tab-probes ScrollableContainer", ScrollableContainer)
+                self.call_after_refresh(box.scroll_end, animate=False, x_axis=False)
 
     def _sync_logs(self, inst: InstanceState, visible: bool) -> None:
         tabs = self.query_one("#log-tabs", TabbedContent)
