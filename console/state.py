@@ -39,6 +39,7 @@ from console.agent.timefmt import fmt_age as format_age  # one age format for th
 from console.inventory import Instance
 from console.status import BAD_LINK, FAILING, LINK_DERIVED, LINK_LABELS, RANK, STATUSES
 from console.status import rank as status_rank
+from console.text_safety import clean, clean_deep, clean_lines, clean_opt
 
 HISTORY_SECONDS = 600  # GPU util history: 10 minutes at 1 Hz
 LOG_RING_LINES = 2000  # lines kept per followed file
@@ -430,7 +431,7 @@ class FleetState:
         if status == "connected" and inst.ever_connected and inst.link_status != "connected":
             inst.reconnects.append(now)
         inst.link_status = status
-        inst.link_detail = detail or ""
+        inst.link_detail = clean(detail)  # error texts from the host (or its sshd) are host text
         if status == "connected":
             inst.ever_connected = True
             inst.connected_at = now
@@ -444,7 +445,7 @@ class FleetState:
         if inst is None:
             return
         now = self.clock()
-        inst.diagnosis = data
+        inst.diagnosis = clean_deep(data) if data is not None else None  # summaries and evidence: host text
         inst.diagnosis_at = now if data is not None else None
         inst.log_moved_on = False
         self._touch(inst, now)
@@ -454,8 +455,9 @@ class FleetState:
         inst = self.instances.get(name)
         if inst is None:
             return
-        lines = [str(x) for x in (data.get("lines") or [])][-MAX_PROBE_LINES:]
-        inst.probes[probe] = {"title": data.get("title") or probe, "lines": lines, "at": self.clock()}
+        lines = clean_lines((data.get("lines") or [])[-MAX_PROBE_LINES:])
+        title = clean(data.get("title") or probe)
+        inst.probes[probe] = {"title": title, "lines": lines, "at": self.clock()}
         self._touch(inst, self.clock())
 
     def note_restart(self, name: str) -> None:
@@ -536,7 +538,7 @@ def matches(inst: InstanceState, query: str) -> bool:
 
 # -- frame handlers (hot path) --------------------------------------------------------------------------
 def _on_hello(inst: InstanceState, raw: Frame, now: float) -> None:
-    frame = cast(HelloFrame, raw)
+    frame = cast(HelloFrame, clean_deep(raw))  # once a session: agent version, host, python are host text
     inst.hello = frame
     features = frame.get("features") or {}
     # Each session says again whether it is agentless: a host that got python3 since runs the agent.
@@ -560,8 +562,8 @@ def _on_gpu(inst: InstanceState, raw: Frame, now: float) -> None:
     frame = cast(GpuFrame, raw)
     inst.gpu_state = frame.get("state")
     inst.gpu_simulated = bool(frame.get("simulated")) or inst.gpu_simulated
-    inst.gpu_driver = frame.get("driver") or inst.gpu_driver
-    inst.gpu_message = frame.get("message")
+    inst.gpu_driver = clean_opt(frame.get("driver")) or inst.gpu_driver
+    inst.gpu_message = clean_opt(frame.get("message"))
     devices: Iterable[GpuDevice] = frame.get("devices") or ()
     full = frame.get("full")
     gpus = inst.gpus
@@ -572,6 +574,9 @@ def _on_gpu(inst: InstanceState, raw: Frame, now: float) -> None:
         if index is None:
             continue
         seen.add(index)
+        err = dev.get("error")
+        if full or (err is not None and not (type(err) is str and err.isprintable())):
+            dev = _safe_device(dev)  # static fields come in full frames only; a slim one may carry an error
         gpu = gpus.get(index)
         if gpu is None:
             gpu = gpus[index] = GpuState(index)
@@ -606,10 +611,10 @@ def _on_procs(inst: InstanceState, raw: Frame, now: float) -> None:
     if frame.get("full"):
         procs.clear()
         for rec in frame.get("procs") or ():
-            procs[rec["pid"]] = rec
+            procs[rec["pid"]] = _safe_proc(rec)
     else:
         for rec in frame.get("upsert") or ():
-            procs[rec["pid"]] = rec
+            procs[rec["pid"]] = _safe_proc(rec)
         for pid in frame.get("gone") or ():
             procs.pop(pid, None)
     inst.procs_version += 1
@@ -632,14 +637,14 @@ def _on_procs(inst: InstanceState, raw: Frame, now: float) -> None:
 
 def _on_log(inst: InstanceState, raw: Frame, now: float) -> None:
     frame = cast(LogFrame, raw)
-    path = frame.get("path") or "?"
+    path = clean_opt(frame.get("path")) or "?"  # a file name is host text too
     ring = inst.logs.get(path)
     if ring is None:
         if len(inst.logs) >= MAX_LOG_FILES:
             oldest = min(inst.logs.values(), key=lambda r: r.updated)
             del inst.logs[oldest.path]
         ring = inst.logs[path] = LogRing(path)
-    lines = frame.get("lines") or []
+    lines = clean_lines(frame.get("lines"))
     event = frame.get("event")
     ring.add(frame.get("first_line"), lines, event, now)
     if (inst.diagnosis is not None and path == inst.bench_log and not frame.get("backlog")
@@ -653,12 +658,38 @@ def _on_log(inst: InstanceState, raw: Frame, now: float) -> None:
 
 
 def _on_result(inst: InstanceState, raw: Frame, now: float) -> None:
-    inst.results.append(cast(ResultFrame, raw))
+    inst.results.append(cast(ResultFrame, clean_deep(raw)))
 
 
 def _on_error(inst: InstanceState, raw: Frame, now: float) -> None:
     frame = cast(ErrorFrame, raw)
-    inst.errors.append((now, str(frame.get("message") or "")))
+    inst.errors.append((now, clean(frame.get("message") or "", keep_newlines=True)))
+
+
+# -- host text (console/text_safety.py): cleaned here, where frames enter the state, so that no widget
+# ever gets an escape sequence. Printable text (the common case) costs one ``isprintable`` per field.
+_PROC_TEXT = ("name", "cmdline", "wchan", "state")
+_GPU_TEXT = ("name", "uuid", "error")
+
+
+def _safe_proc(rec: ProcRecord) -> ProcRecord:
+    """``rec``, or a copy with its text fields cleaned when one holds a control character."""
+    given = cast(Dict[str, Any], rec)
+    for key in _PROC_TEXT:
+        value = given.get(key)
+        if value is not None and not (type(value) is str and value.isprintable()):
+            return cast(ProcRecord, {k: (clean_opt(v) if k in _PROC_TEXT else v) for k, v in given.items()})
+    return rec
+
+
+def _safe_device(dev: GpuDevice) -> GpuDevice:
+    """``dev``, or a copy with its name, uuid and error cleaned when one holds a control character."""
+    given = cast(Dict[str, Any], dev)
+    for key in _GPU_TEXT:
+        value = given.get(key)
+        if value is not None and not (type(value) is str and value.isprintable()):
+            return cast(GpuDevice, {k: (clean_opt(v) if k in _GPU_TEXT else v) for k, v in given.items()})
+    return dev
 
 
 _HANDLERS: Dict[str, Callable[[InstanceState, Frame, float], None]] = {

@@ -60,10 +60,16 @@ def clean_opt(text: Any) -> Any:
 
 
 def clean_lines(lines: Any) -> List[str]:
-    """A list of host lines, each cleaned (the hot path: a printable line is kept as the same object)."""
+    """A list of host lines, each cleaned (the hot path: printable lines come back as the same list)."""
     if not lines:
         return []
-    if not isinstance(lines, list):
+    if type(lines) is list:
+        try:
+            if "".join(lines).isprintable():  # one C-level pass over the whole frame: the usual answer
+                return lines
+        except TypeError:  # a non-string line: cleaned one by one below
+            pass
+    else:
         lines = list(lines) if isinstance(lines, (tuple, set)) else [lines]
     return [s if type(s) is str and s.isprintable() else clean(s) for s in lines]
 
