@@ -338,7 +338,7 @@ def _derive(inst: InstanceState, now: float) -> Tuple[str, str]:
             return "ok", "benchmark starting: entrypoint up %s" % format_age(up)
         return "benchmark_down", "no benchmark process running"
     if inst.gpus and inst._idle_count >= IDLE_WINDOW:
-        return "gpu_idle", "GPUs idle for %ds+" % inst._idle_count
+        return "gpu_idle", "GPUs idle for %s+" % format_age(inst._idle_count)
     return "ok", ""
 
 

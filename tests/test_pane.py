@@ -347,3 +347,15 @@ def test_a_host_that_keeps_reconnecting_shows_a_flap_counter() -> None:
     assert "flapped 3x" in text
     clock.now += 3600
     assert "flapped" not in "\n".join(texts(render(inst, 80, True, clock.now)))
+
+
+def test_an_idle_instance_says_how_long_in_minutes_not_raw_seconds() -> None:
+    from widgets.instance_screen import header_text
+
+    state, inst, clock = live()
+    for _ in range(447):
+        clock.now += 1.0
+        state.apply_frame("gpu-box", gpu_frame([0, 0], full=True))
+    assert inst.status == "gpu_idle"
+    assert "447s" not in inst.status_detail and "7m 27s" in inst.status_detail
+    assert "GPUs idle for 7m 27s" in header_text(inst, demo=False, read_only=False).plain
