@@ -105,6 +105,7 @@ class FleetApp(App):
         self.session_events.append((time.time(), "", ("%s: %s" % (title, message)) if title else message))
         if self.size.height < SMALL_SCREEN_ROWS:
             message, title = one_line(message, title), ""
+        kwargs["markup"] = False  # notices carry host text and instance names: never markup (widgets pass True)
         super().notify(message, title=title, severity=severity, **kwargs)  # type: ignore[arg-type]
 
     def _on_notify(self, event: Notify) -> None:
@@ -235,7 +236,9 @@ class FleetApp(App):
         self.notices.append((severity, "Got worse", ", ".join(named)))
         small = self.size.height < SMALL_SCREEN_ROWS
         message = one_line(", ".join(named), "Got worse" if small else "")
-        super().notify(message, title="" if small else "Got worse", severity=severity, timeout=8)  # type: ignore[arg-type]
+        super().notify(
+            message, title="" if small else "Got worse", severity=severity, timeout=8, markup=False  # type: ignore[arg-type]
+        )
         if self.bell_enabled:
             self.bell()
 

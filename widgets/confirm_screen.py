@@ -37,11 +37,11 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.title_text, id="confirm-title")
+            yield Label(self.title_text, id="confirm-title", markup=False)  # instance names are never markup
             with VerticalScroll(id="confirm-items"):
-                yield Static("\n".join("  • " + item for item in self.items))
+                yield Static("\n".join("  • " + item for item in self.items), markup=False)
             if self.note:
-                yield Static(self.note, id="confirm-note")
+                yield Static(self.note, id="confirm-note", markup=False)
             with Horizontal():
                 yield Button("%s (y)" % self.confirm_label, variant="error", id="confirm-yes")
                 yield Button("Cancel (n)", variant="primary", id="confirm-no")

@@ -11,6 +11,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import ScrollableContainer, VerticalScroll
+from textual.content import Content
 from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
@@ -252,8 +253,9 @@ class InstanceScreen(Screen):
                 self._log_ids[path] = pane_id
                 title = os.path.basename(path) or path
                 if path == inst.bench_log:
-                    title = "\\[benchmark] " + title  # (escaped: a title is markup)
-                tabs.add_pane(TabPane(title, LogView(ring, id=pane_id + "-view"), id=pane_id))
+                    title = "[benchmark] " + title
+                # a file name is host text: plain Content, never parsed as markup ("[link=...]", "[/")
+                tabs.add_pane(TabPane(Content(title), LogView(ring, id=pane_id + "-view"), id=pane_id))
                 self.query_one("#logs-empty").display = False
                 if path == inst.bench_log and not self._log_chosen:
                     self.call_after_refresh(self._show_log, pane_id)  # the benchmark's own log first

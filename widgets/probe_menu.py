@@ -8,6 +8,7 @@ from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList
 from textual.widgets.option_list import Option
@@ -34,10 +35,13 @@ class ProbeMenu(ModalScreen[Optional[str]]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label("Probe %s — press a key or pick one:" % self.instance)
+            yield Label("Probe %s — press a key or pick one:" % self.instance, markup=False)
             yield OptionList(
                 *[
-                    Option("[%s] %s" % (getattr(s, "key", "") or " ", getattr(s, "title", "") or s.name), id=s.name)
+                    Option(  # plain text: "[d] disk" is not markup
+                        Content("[%s] %s" % (getattr(s, "key", "") or " ", getattr(s, "title", "") or s.name)),
+                        id=s.name,
+                    )
                     for s in self.specs
                 ],
                 id="probe-list",

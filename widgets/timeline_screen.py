@@ -17,6 +17,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from console.status import BADGES
+from console.text_safety import clean
 
 Entry = Tuple[float, str, str]  # (ts, instance, text)
 
@@ -55,8 +56,8 @@ def timeline_text(entries: List[Entry]) -> Text:
         stamp = time.strftime("%H:%M:%S" if day == today else "%m-%d %H:%M", time.localtime(ts))
         text.append("%-11s " % stamp, "dim")
         if name:
-            text.append("%s  " % name, "bold")
-        text.append(line.replace("\n", " · ") + "\n")
+            text.append("%s  " % clean(name), "bold")
+        text.append(clean(line, keep_newlines=True).replace("\n", " · ") + "\n")  # history files are host text
     return text
 
 
