@@ -122,7 +122,9 @@ class FleetApp(App):
     def compose(self) -> ComposeResult:
         yield Static(id="topbar")
         yield FilterBar()
-        yield FleetGrid(self.state, id="grid")
+        grid = FleetGrid(self.state, id="grid")
+        grid.fleet_file = str(getattr(getattr(self.controller, "fleet", None), "source", "") or "")
+        yield grid
         yield Footer()
 
     @property

@@ -776,3 +776,22 @@ async def test_a_probe_from_the_grid_shows_its_output_and_output_opens_at_its_ta
         app.screen.update_from_state(force=True)
         await wait_until(pilot, lambda: "fallen off the bus" in screen_text(app), timeout=5, what="the tail")
         assert "boot line 1\n" not in screen_text(app) + "\n"
+
+
+async def test_an_empty_fleet_says_how_to_add_instances(tmp_path: Path) -> None:
+    fleet = Fleet([], source=str(tmp_path / "fleet.toml"))
+    app = FleetApp(FleetController(fleet, audit=AuditLog(tmp_path / "audit.jsonl")), theme="dark")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.5)
+        text = screen_text(app)
+        assert "No instances" in text and str(tmp_path / "fleet.toml") in text
+        assert "[[instance]]" in text and "fleet-console check" in text and "README" in text
+
+
+async def test_a_filter_that_hides_every_instance_says_so(tmp_path: Path) -> None:
+    app = make_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="live agents")
+        await pilot.press("slash", *"zzz", "enter")
+        await pilot.pause(0.3)
+        assert "No instance matches 'zzz'" in screen_text(app)

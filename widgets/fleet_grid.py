@@ -14,6 +14,7 @@ import bisect
 import time
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
+from rich.segment import Segment
 from textual import events
 from textual.binding import Binding
 from textual.geometry import Region, Size
@@ -87,6 +88,7 @@ class FleetGrid(ScrollView, can_focus=True):
         self._kept: Set[str] = set()  # shown under the current filter: selected ones stay while it is unchanged
         self.on_pane_rendered: Optional[Callable[[str, float], None]] = None  # bench hook
         self.paints = 0
+        self.fleet_file = ""  # shown in the empty fleet's hint (the app sets it)
 
     # -- palette / theme ----------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -226,10 +228,38 @@ class FleetGrid(ScrollView, can_focus=True):
         self.refresh(Region(x, top, w, h))
 
     # -- painting ------------------------------------------------------------------------------------
+    def hint_lines(self) -> List[str]:
+        """What an empty grid says: how to add an instance, or that the filter hides every one."""
+        if self.state.instances:
+            return ["", "  No instance matches %r. Esc clears the filter." % self.query_text]
+        where = self.fleet_file or "fleet.toml"
+        return [
+            "",
+            "  No instances in this fleet yet.",
+            "",
+            "  Add one to the fleet file,",
+            "  %s:" % where,
+            "",
+            "      [[instance]]",
+            '      name = "gpu1"',
+            '      host = "ssh5.vast.ai"',
+            "      port = 12345",
+            "",
+            "  The console reloads the file when it changes (or press R).",
+            "  fleet-console check --connect   tries each instance and says what to fix.",
+            "  README.md (First real host, fleet.toml) and docs/first-host.md: every step.",
+        ]
+
     def render_line(self, y: int) -> Strip:
         vy = y + int(self.scroll_offset.y)
         width = self.size.width
         base = self.palette.base
+        if not self._names:
+            hint = self.hint_lines()
+            text = hint[y] if 0 <= y < len(hint) else ""
+            return Strip([Segment(text, base + (self.palette.dim if y > 1 else self.palette.name))]).adjust_cell_length(
+                width, base
+            )
         row = bisect.bisect_right(self._row_y, vy) - 1
         if row < 0 or row >= len(self._row_y) or vy >= self._row_y[row] + self._row_h[row]:
             return Strip.blank(width, base)
