@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from console.link import SshLink
 from tests.conftest import ssh_instance
+from tests.fakes import nvml
 from tests.fakes.nvml import FakeNvml, device, state
 from tests.recorder import Recorder
 from tests.sshd import Sshd
@@ -21,8 +23,9 @@ MIB = 1024 * 1024
 
 
 @pytest.fixture
-def workload() -> Iterator[subprocess.Popen[bytes]]:
-    child = subprocess.Popen(["sleep", "120"])
+def workload(gpu_dev: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A GPU workload: holds /dev/nvidia0 (of ``gpu_dev``, the config's ``gpu.dev_dir``) open, as CUDA does."""
+    child = nvml.hold_devices(gpu_dev, [0], ["sleep", "120"])
     try:
         yield child
     finally:
@@ -30,9 +33,11 @@ def workload() -> Iterator[subprocess.Popen[bytes]]:
         child.wait()
 
 
-def _agentless(server: Sshd, rec: Recorder) -> SshLink:
+def _agentless(server: Sshd, rec: Recorder, gpu_dev: Path | None = None) -> SshLink:
     """A link to a host whose python is unusable: the console runs nvidia-smi, /proc and logs itself."""
-    link = SshLink(ssh_instance(server, python="/nonexistent/python3", interval=0.5), rec.on_frame, rec.on_status)
+    extra = {"gpu": {"dev_dir": str(gpu_dev)}} if gpu_dev is not None else {}
+    instance = ssh_instance(server, python="/nonexistent/python3", interval=0.5, agent_extra=extra)
+    link = SshLink(instance, rec.on_frame, rec.on_status)
     link.start()
     return link
 
@@ -45,7 +50,9 @@ def _gpu_mem(rec: Recorder, pid: int) -> Any:
     return found.get(pid)
 
 
-async def test_agentless_gpus_from_nvidia_smi_then_one_lost(fake_nvml: FakeNvml, nvml_sshd: Sshd, workload) -> None:
+async def test_agentless_gpus_from_nvidia_smi_then_one_lost(
+    fake_nvml: FakeNvml, nvml_sshd: Sshd, workload, gpu_dev: Path
+) -> None:
     pid = workload.pid
     healthy = state(
         [
@@ -55,7 +62,7 @@ async def test_agentless_gpus_from_nvidia_smi_then_one_lost(fake_nvml: FakeNvml,
     )
     fake_nvml.write(healthy)
     rec = Recorder()
-    link = _agentless(nvml_sshd, rec)
+    link = _agentless(nvml_sshd, rec, gpu_dev)
     try:
         full = await rec.wait_for(lambda: next((f for f in rec.of_type("gpu") if f["full"]), None), what="gpu")
         hello = rec.of_type("hello")[0]
@@ -76,7 +83,11 @@ async def test_agentless_gpus_from_nvidia_smi_then_one_lost(fake_nvml: FakeNvml,
     assert (d0["util"], d0["mem_util"], d0["temp"], d0["fan"]) == (97, 40, 71, 65)
     assert d0["mem_used"] == 1200 * MIB and d0["mem_total"] == 24576 * MIB
     assert d0["power"] == 310.0 and d0["power_limit"] == 350.0 and (d0["sm_clock"], d0["mem_clock"]) == (1695, 9751)
-    assert d0["procs"] == [{"pid": pid, "mem": 500 * MIB}] and not d0["lost"]
+    assert d0["procs"] == [{"pid": pid, "mem": 500 * MIB}] and not d0["lost"]  # its pid checked: it holds nvidia0
+    assert full["pid_ns"] is False and full["mapping"] == "pid"
+    on_gpu = {r["pid"] for f in rec.of_type("procs") for r in [*f.get("procs", []), *f.get("upsert", [])]
+              if r.get("gpu_mem")}
+    assert on_gpu == {pid}  # and on no other process
     assert d1["name"] == "NVIDIA A100-SXM4-80GB" and d1["util"] == 0 and d1["fan"] is None
     assert d1["mem_total"] == 81920 * MIB and d1["procs"] == []
     gone = lost["devices"][1]
@@ -94,3 +105,23 @@ async def test_agentless_without_driver_is_no_gpu(fake_nvml: FakeNvml, nvml_sshd
         await link.stop()
     assert frame["state"] == "no_gpu" and frame["devices"] == []
     assert "couldn't communicate with the NVIDIA driver" in frame["message"]
+
+
+async def test_agentless_host_pid_mapped_via_device_fds(fake_nvml: FakeNvml, nvml_sshd: Sshd, gpu_dev: Path) -> None:
+    """nvidia-smi reports a pid no process here has (a container's view of the host's): the memory goes to the one
+    process holding /dev/nvidia1, GPU 1's minor as ``nvidia-smi -q`` gives it."""
+    host_pid = 4194400  # above the default pid_max
+    fake_nvml.write(state([device(0), device(1, processes=[{"pid": host_pid, "mem_mib": 900}])]))
+    child = nvml.hold_devices(gpu_dev, [1], ["sleep", "120"])
+    rec = Recorder()
+    link = _agentless(nvml_sshd, rec, gpu_dev)
+    try:
+        await rec.wait_for(lambda: _gpu_mem(rec, child.pid) == 900 * MIB, what="the GPU memory on the holder")
+        frame = next(f for f in reversed(rec.of_type("gpu")) if "procs" in f["devices"][1])
+    finally:
+        await link.stop()
+        child.kill()
+        child.wait()
+    assert frame["devices"][1]["procs"] == [{"pid": child.pid, "mem": 900 * MIB, "nvml_pid": host_pid}]
+    assert rec.of_type("hello")[0]["features"]["gpu_mapping"] in ("pid", "fds")
+    assert next(f for f in rec.of_type("gpu") if f["full"])["mapping"] == "fds"

@@ -59,9 +59,10 @@ async def test_sshd_env_reaches_remote_commands(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def workload() -> Iterator[subprocess.Popen[bytes]]:
-    """A real process for NVML to report (the agent must find it in /proc)."""
-    child = subprocess.Popen(["sleep", "120"])
+def workload(gpu_dev: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A real process for NVML to report: it holds /dev/nvidia0 and /dev/nvidia1 of ``gpu_dev`` (the agent's
+    ``gpu.dev_dir``) open, as a CUDA process does, so the agent takes NVML's pid as this process."""
+    child = nvml.hold_devices(gpu_dev, [0, 1], ["sleep", "120"])
     try:
         yield child
     finally:
@@ -92,8 +93,11 @@ def gpu_mem_of(rec: Recorder, pid: int) -> Any:
     return found[pid]
 
 
-async def run_agent(server: Sshd, rec: Recorder) -> SshLink:
-    link = SshLink(ssh_instance(server, agent_extra=FAST), rec.on_frame, rec.on_status)
+async def run_agent(server: Sshd, rec: Recorder, gpu_dev: Path | None = None, **gpu: Any) -> SshLink:
+    extra: dict[str, Any] = dict(FAST)
+    if gpu_dev is not None or gpu:
+        extra["gpu"] = {**({"dev_dir": str(gpu_dev)} if gpu_dev is not None else {}), **gpu}
+    link = SshLink(ssh_instance(server, agent_extra=extra), rec.on_frame, rec.on_status)
     link.start()
     await rec.wait_for(lambda: rec.of_type("hello"), timeout=60, what="the agent's hello")
     return link
@@ -102,7 +106,7 @@ async def run_agent(server: Sshd, rec: Recorder) -> SshLink:
 # -- through the agent -----------------------------------------------------------------------------------------
 
 
-async def test_healthy_two_gpus_every_field(fake_nvml: FakeNvml, nvml_sshd: Sshd, workload) -> None:
+async def test_healthy_two_gpus_every_field(fake_nvml: FakeNvml, nvml_sshd: Sshd, workload, gpu_dev: Path) -> None:
     pid = workload.pid
     fake_nvml.write(
         nvml.state(
@@ -127,7 +131,7 @@ async def test_healthy_two_gpus_every_field(fake_nvml: FakeNvml, nvml_sshd: Sshd
         )
     )
     rec = Recorder()
-    link = await run_agent(nvml_sshd, rec)
+    link = await run_agent(nvml_sshd, rec, gpu_dev)
     try:
         hello = rec.of_type("hello")[0]
         assert hello["features"]["gpu"] == "ok" and hello["features"]["simulated_gpu"] is False
@@ -137,6 +141,7 @@ async def test_healthy_two_gpus_every_field(fake_nvml: FakeNvml, nvml_sshd: Sshd
     finally:
         await link.stop()
     assert full["state"] == "ok" and full["driver"] == "550.54.15" and full["simulated"] is False
+    assert full["pid_ns"] is False and full["mapping"] == "pid"  # NVML's pid is the workload's, checked
     d0, d1 = full["devices"]
     assert d0 == {
         "index": 0,
@@ -162,6 +167,7 @@ async def test_healthy_two_gpus_every_field(fake_nvml: FakeNvml, nvml_sshd: Sshd
     assert d1["procs"] == [{"pid": pid, "mem": 24 * MIB}]
     view = gpu_view(rec)
     assert view[0]["util"] == 97 and view[1]["util"] == 0 and not view[0]["lost"]
+    assert only_gpu_process(rec) == pid  # no other process is given GPU memory
 
 
 _KNOWN = {
@@ -184,6 +190,17 @@ _KNOWN = {
 }
 
 
+def only_gpu_process(rec: Recorder) -> int | None:
+    """The one pid the procs frames give GPU memory (AssertionError when several)."""
+    found: dict[int, Any] = {}
+    for frame in rec.of_type("procs"):
+        for record in [*frame.get("procs", []), *frame.get("upsert", [])]:
+            found[record["pid"]] = record.get("gpu_mem")
+    on_gpu = [pid for pid, mem in found.items() if mem]
+    assert len(on_gpu) <= 1, on_gpu
+    return on_gpu[0] if on_gpu else None
+
+
 def gpu_mem_of_or_none(rec: Recorder, pid: int) -> Any:
     try:
         return gpu_mem_of(rec, pid)
@@ -195,7 +212,7 @@ async def test_gpu_lost_mid_run_then_back_in_full(fake_nvml: FakeNvml, nvml_sshd
     healthy = nvml.state([nvml.device(0), nvml.device(1, util=55)])
     fake_nvml.write(healthy)
     rec = Recorder()
-    link = await run_agent(nvml_sshd, rec)
+    link = await run_agent(nvml_sshd, rec, lost_retry=1.0)  # a lost device is probed again after 1 s (not 30)
     try:
         await rec.wait_for(lambda: gpu_view(rec).get(1, {}).get("util") == 55, what="GPU 1 busy")
         lost_state = nvml.state([nvml.device(0, util=12), nvml.device(1, util=55, error="GPU_IS_LOST")])
@@ -206,10 +223,10 @@ async def test_gpu_lost_mid_run_then_back_in_full(fake_nvml: FakeNvml, nvml_sshd
         assert "GPU is lost" in d1["error"] and d1["util"] is None and d1["mem_used"] is None and d1["procs"] == []
         await rec.wait_for(lambda: gpu_view(rec)[0]["util"] == 12, what="GPU 0 still sampled")
         n_before = len(rec.of_type("gpu"))
-        fake_nvml.write(healthy)  # back; the agent probes a lost device again after gpu.LOST_RETRY (30 s)
+        fake_nvml.write(healthy)  # back; the agent probes a lost device again after gpu.lost_retry
         back = await rec.wait_for(
             lambda: next((f for f in rec.of_type("gpu")[n_before:] if not f["devices"][1].get("lost")), None),
-            timeout=60,
+            timeout=20,
             what="GPU 1 back",
         )
     finally:
@@ -248,7 +265,9 @@ async def test_not_supported_fields_are_null(fake_nvml: FakeNvml, nvml_sshd: Ssh
     assert "fan" not in small and small["util"] == 97  # nulls stay out of small frames
 
 
-async def test_driver_without_v3_processes_falls_back_to_v2(fake_nvml: FakeNvml, tmp_path: Path, workload) -> None:
+async def test_driver_without_v3_processes_falls_back_to_v2(
+    fake_nvml: FakeNvml, tmp_path: Path, workload, gpu_dev: Path
+) -> None:
     """A driver older than nvmlDeviceGetComputeRunningProcesses_v3 (no such symbol): v2 lists the processes."""
     pid = workload.pid
     fake_nvml.write(nvml.state([nvml.device(0, processes=[{"pid": pid, "mem_mib": 10}])]))
@@ -257,7 +276,7 @@ async def test_driver_without_v3_processes_falls_back_to_v2(fake_nvml: FakeNvml,
     server.start()
     rec = Recorder()
     try:
-        link = await run_agent(server, rec)
+        link = await run_agent(server, rec, gpu_dev)
         try:
             frames = await rec.wait_for(lambda: len(rec.of_type("gpu")) >= 3 and rec.of_type("gpu"), what="gpu")
             await rec.wait_for(lambda: gpu_mem_of_or_none(rec, pid) == 10 * MIB, what="gpu memory via v2")

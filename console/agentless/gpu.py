@@ -6,11 +6,18 @@ memory reads ``[Unknown Error]``, ``ERR!``, ``[GPU is lost]``... and a line "Una
 for GPU...: ..." in place of a row are lost devices (a line takes the next index). No nvidia-smi, "NVIDIA-SMI has
 failed..." or "No devices were found" is state ``no_gpu``: one frame, then one a minute. ``GpuFrames`` sends
 full and slim frames as the agent's sampler does.
+
+Processes are mapped onto the host's ``/proc`` as the agent maps them (``console.agent.gpumap``): when nvidia-smi
+lists compute apps, the same exec lists the ``/proc/*/fd`` links to ``DEV/nvidia*`` (``ls -l``, ``grep -F``), and
+reads ``/proc/2/stat`` (kthreadd there: the root PID namespace); each device's minor number comes once from
+``nvidia-smi -q`` ("Minor Number"). An nvidia-smi pid is kept when that process holds the device's
+``/dev/nvidiaN``; the others go to the holders, one to one or as a "≈" group (``gpumap.attribute``).
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -28,6 +35,7 @@ from console.agent.frames import (
     sum_memory_by_pid,
     with_static,
 )
+from console.agent.gpumap import DEV_DIR, UVM, attribute, compute_holders, holds
 from console.agent.protocol import GpuDevice, GpuProc
 from console.agentless.host import MARK, section_fn, sections
 
@@ -50,16 +58,96 @@ _NO_GPU_RE = re.compile(
 
 
 
-def gpu_command(nonce: str) -> str:
+def gpu_command(nonce: str, dev_dir: str | None = None, minors: bool = False) -> str:
+    """nvidia-smi's GPUs and compute apps; with apps, the /dev/nvidia fds of every process and whether this is
+    the root PID namespace; ``minors``: also each device's minor number (``nvidia-smi -q``, asked once)."""
     query = ",".join(GPU_FIELDS)
     apps = ",".join(APP_FIELDS)
+    link = shlex.quote(" -> " + (dev_dir or DEV_DIR).rstrip("/") + "/nvidia")
+    ask_minors = "S minors; nvidia-smi -q 2>/dev/null | grep -e '^GPU ' -e 'Minor Number'; " if minors else ""
     return (
         f": {MARK}; " + section_fn(nonce)
         + "if command -v nvidia-smi >/dev/null 2>&1; then "
         f"S gpu; nvidia-smi --query-gpu={query} --format=csv,noheader,nounits 2>&1; S rc $?; "
-        f"S apps; nvidia-smi --query-compute-apps={apps} --format=csv,noheader,nounits 2>&1; S rc $?; "
-        "else S missing; fi; S end; exit 0"
+        f"A=$(nvidia-smi --query-compute-apps={apps} --format=csv,noheader,nounits 2>&1); R=$?; "
+        "S apps; printf '%s\\n' \"$A\"; S rc $R; "
+        'case "$A" in *[0-9]*) '
+        f"S fds; ls -l /proc/[0-9]*/fd 2>/dev/null | grep -F -e /proc/ -e {link}; "
+        "S pidns; head -c 300 /proc/2/stat 2>/dev/null; S pids; (cd /proc && echo [0-9]*);; esac; "
+        + ask_minors
+        + "else S missing; fi; S end; exit 0"
     )
+
+
+_FD_DIR_RE = re.compile(r"^/proc/(\d+)/fd:$")
+
+
+def parse_fds(text: str, dev_dir: str | None = None) -> dict[int, frozenset[int]]:
+    """``ls -l /proc/*/fd`` (filtered) as ``{pid: minors held}`` (``UVM`` for nvidia-uvm); every listed process is
+    there (an empty set: it holds none), one whose fds could not be read is not."""
+    prefix = (dev_dir or DEV_DIR).rstrip("/") + "/nvidia"
+    out: dict[int, set[int]] = {}
+    current: set[int] | None = None
+    for line in text.splitlines():
+        m = _FD_DIR_RE.match(line.strip())
+        if m:
+            current = out.setdefault(int(m.group(1)), set())
+            continue
+        target = line.partition(" -> ")[2].strip()
+        if current is None or not target.startswith(prefix):
+            continue
+        rest = target[len(prefix):]
+        if rest.isdigit():
+            current.add(int(rest))
+        elif rest == "-uvm":
+            current.add(UVM)
+    return {pid: frozenset(held) for pid, held in out.items()}
+
+
+def parse_minors(text: str) -> dict[int, int]:
+    """``nvidia-smi -q`` (the "GPU ..." and "Minor Number" lines) as ``{index: minor}``, GPUs in index order."""
+    out: dict[int, int] = {}
+    index = -1
+    for line in text.splitlines():
+        if line.startswith("GPU "):
+            index += 1
+        elif "Minor Number" in line and index >= 0:
+            value = line.partition(":")[2].strip()
+            if value.isdigit():
+                out[index] = int(value)
+    return out
+
+
+def in_pid_namespace(stat: str) -> bool:
+    """From ``/proc/2/stat`` (empty when absent): not kthreadd there means a PID namespace of its own."""
+    return not stat.startswith("2 (kthreadd)")
+
+
+def map_processes(
+    records: list[GpuDevice], held_by: dict[int, frozenset[int]], minors: dict[int, int], pid_ns: bool,
+    live: set[int],
+) -> bool:
+    """Each record's nvidia-smi pids as the host's processes (``gpumap.attribute``); whether any needed fds.
+
+    ``held_by``: what each process whose fds were listed holds; ``live``: every pid in the host's /proc."""
+    cuda = {pid: held for pid, held in held_by.items() if held}
+    used = False
+    for record in records:
+        procs = record.get("procs") or []
+        if not procs:
+            continue
+        minor = minors.get(record["index"])
+        # a live pid whose fds could not be listed (another user's) is the host's own only outside a PID namespace
+        trusted = {
+            pid for pid in (p["pid"] for p in procs)
+            if pid is not None
+            and (holds(held_by.get(pid), minor) or (pid in live and pid not in held_by and not pid_ns))
+        }
+        if all(p["pid"] in trusted for p in procs):
+            continue
+        record["procs"], via_fds = attribute(procs, trusted, compute_holders(cuda, minor))
+        used = used or via_fds
+    return used
 
 
 def _value(text: str) -> str | None:
@@ -103,6 +191,9 @@ class GpuReading:
     message: str | None
     driver: str | None
     devices: list[GpuDevice]
+    pid_ns: bool | None = None  # known when compute apps were listed
+    minors: dict[int, int] | None = None  # from ``nvidia-smi -q`` when asked
+    via_fds: bool = False  # some process was mapped through the /dev/nvidia holders
 
 
 def parse_gpu_rows(text: str) -> tuple[list[GpuDevice], str | None, list[str]]:
@@ -167,9 +258,12 @@ def parse_compute_apps(text: str) -> dict[str, list[GpuProc]]:
     return out
 
 
-def parse_gpu_output(output: bytes, nonce: str) -> GpuReading:
-    """The reading from ``gpu_command``'s output."""
+def parse_gpu_output(
+    output: bytes, nonce: str, dev_dir: str | None = None, minors: dict[int, int] | None = None
+) -> GpuReading:
+    """The reading from ``gpu_command``'s output (``minors``: the device minors known from an earlier reading)."""
     gpu_text, apps_text, rc = None, "", None
+    fds_text, pidns_text, minors_text, pids_text = None, "", None, ""
     for kind, args, payload in sections(output, nonce):
         text = payload.decode("utf-8", "replace")
         if kind == "missing":
@@ -178,6 +272,14 @@ def parse_gpu_output(output: bytes, nonce: str) -> GpuReading:
             gpu_text = text
         elif kind == "apps":
             apps_text = text
+        elif kind == "fds":
+            fds_text = text
+        elif kind == "pidns":
+            pidns_text = text
+        elif kind == "pids":
+            pids_text = text
+        elif kind == "minors":
+            minors_text = text
         elif kind == "rc" and rc is None and args and args[0].lstrip("-").isdigit():
             rc = int(args[0])
     if gpu_text is None:
@@ -192,7 +294,14 @@ def parse_gpu_output(output: bytes, nonce: str) -> GpuReading:
     for record in records:
         if not record.get("lost"):
             record["procs"] = apps.get(record.get("uuid") or "", [])
-    return GpuReading("ok", None, driver, records)
+    if minors_text is not None:
+        minors = parse_minors(minors_text)
+    reading = GpuReading("ok", None, driver, records, minors=minors if minors_text is not None else None)
+    if fds_text is not None:
+        reading.pid_ns = in_pid_namespace(pidns_text)
+        live = {int(w) for w in pids_text.split() if w.isdigit()}
+        reading.via_fds = map_processes(records, parse_fds(fds_text, dev_dir), minors or {}, reading.pid_ns, live)
+    return reading
 
 
 class GpuFrames:
@@ -210,6 +319,21 @@ class GpuFrames:
         self._lost: set[int] = set()
         self._sent_procs: dict[int, list[GpuProc]] = {}
         self.mem_by_pid: dict[int, int | None] = {}
+        self.minors: dict[int, int] | None = None  # device minors (``nvidia-smi -q``), asked once a session
+        self.pid_ns: bool | None = None
+        self.used_fds = False  # sticky, as the agent's ``mapping``
+        self._sent_mapping: str | None = None
+
+    @property
+    def mapping(self) -> str:
+        return "fds" if self.used_fds else "pid"
+
+    def features(self) -> dict[str, Any]:
+        """The hello's GPU mapping fields (``pid_ns`` once known)."""
+        out: dict[str, Any] = {"gpu_mapping": self.mapping}
+        if self.pid_ns is not None:
+            out["pid_ns"] = self.pid_ns
+        return out
 
     def due(self, now: float) -> bool:
         """Whether nvidia-smi should run now (every poll while ok; once a minute without GPUs; less when hung)."""
@@ -223,6 +347,11 @@ class GpuFrames:
         """The frame for a reading (None when nothing needs sending)."""
         if self._next_poll <= now:
             self._next_poll = 0.0 if reading.state == "ok" else now + STATE_REPEAT
+        if reading.minors is not None:
+            self.minors = reading.minors
+        if reading.pid_ns is not None:
+            self.pid_ns = reading.pid_ns
+        self.used_fds = self.used_fds or reading.via_fds
         self.state, self.message = reading.state, reading.message
         if reading.driver:
             self.driver = reading.driver
@@ -254,12 +383,15 @@ class GpuFrames:
             for rec in records:
                 with_static(rec, self._static.get(rec["index"]))
                 self._sent_procs[rec["index"]] = rec.get("procs", [])
+            self._sent_mapping = self.mapping
             return self._frame(True, records)
         slim = []
         for rec in records:
             slim.append(slim_gpu_record(rec, self._sent_procs.get(rec["index"])))
             self._sent_procs[rec["index"]] = rec.get("procs", [])
-        return slim_gpu_frame(slim)
+        changed, self._sent_mapping = self.mapping != self._sent_mapping, self.mapping
+        return slim_gpu_frame(slim, self.mapping if changed else None)
 
     def _frame(self, full: bool, devices: list[GpuDevice]) -> dict[str, Any]:
-        return gpu_frame(self.state, False, self.driver, self.message, full, devices)
+        return gpu_frame(self.state, False, self.driver, self.message, full, devices, pid_ns=self.pid_ns,
+                         mapping=self.mapping)

@@ -57,6 +57,7 @@ class AgentlessSession:
         self.status_detail = f"agentless: {reason} (nvidia-smi and ps over SSH)"
         self.facts = HostFacts()
         self.gpu = GpuFrames()
+        self._minors_asked = False
         self.procs = ProcFrames()
         self.logs = RemoteLogs(self.config)
         self.sent = 0
@@ -153,6 +154,7 @@ class AgentlessSession:
                 "psutil": False,
                 "simulated_gpu": False,
                 "ops": sorted(OPS),
+                **self.gpu.features(),
             },
         )
         loop = asyncio.get_running_loop()
@@ -195,11 +197,14 @@ class AgentlessSession:
 
     async def _poll_gpu(self) -> dict[str, Any] | None:
         nonce = new_nonce()
-        result = await exec_command(self.conn, gpu_command(nonce), GPU_TIMEOUT)
+        gpu_config: Any = self.config.get("gpu") or {}
+        dev_dir = gpu_config.get("dev_dir")  # None: /dev (tests point it elsewhere)
+        ask_minors, self._minors_asked = not self._minors_asked, True  # nvidia-smi -q is slow: once a session
+        result = await exec_command(self.conn, gpu_command(nonce, dev_dir, minors=ask_minors), GPU_TIMEOUT)
         now = time.monotonic()
         if result.timed_out:
             return self.gpu.timed_out(now, GPU_TIMEOUT)
-        return self.gpu.feed(parse_gpu_output(result.stdout, nonce), now)
+        return self.gpu.feed(parse_gpu_output(result.stdout, nonce, dev_dir, self.gpu.minors), now)
 
     async def _poll_procs(self) -> tuple[float | None, dict[int, ProcRecord]]:
         nonce = new_nonce()
