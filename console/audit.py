@@ -1,4 +1,12 @@
-"""The audit log: one JSON line per action (time, user, instance, action, result), never rewritten."""
+"""The audit log: one JSON line per action (time, user, instance, action, outcome, result, origin, reason),
+never rewritten, each fsynced before the call returns.
+
+A destructive action is written ahead: ``intent()`` puts the intent (its action id, who, why) in
+``audit.pending.jsonl`` with fsync before anything is sent, and fails (OSError) when the log cannot be
+written, so the caller refuses the action; the outcome goes to the log with ``record(..., action_id=...)``,
+which also closes the intent. An intent whose console died before its outcome (its pid is gone) is written
+to the log as outcome ``unknown`` the next time an intent is taken, so no sent action goes unrecorded.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +14,7 @@ import datetime as dt
 import getpass
 import json
 import os
+import secrets
 import threading
 from pathlib import Path
 from typing import Any
@@ -20,33 +29,138 @@ def default_audit_path() -> Path:
 
 
 class AuditLog:
-    """Appends records; a write failure is reported to the caller, never swallowed."""
+    """Appends records; a write failure is reported to the caller (OSError), never swallowed.
 
-    def __init__(self, path: Path | None = None) -> None:
+    ``origin`` is the default origin of this log's records ("tui", "cli", "mcp"); a call may name its own.
+    """
+
+    def __init__(self, path: Path | None = None, origin: str | None = None) -> None:
         self.path = path or default_audit_path()
+        self.origin = origin
         self._lock = threading.Lock()
 
-    def record(self, instance: str, host: str, action: str, outcome: str, result: Any = None) -> dict[str, Any]:
-        entry = {
-            "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    @property
+    def pending_path(self) -> Path:
+        return self.path.with_name(self.path.stem + ".pending.jsonl")
+
+    def record(
+        self,
+        instance: str,
+        host: str,
+        action: str,
+        outcome: str,
+        result: Any = None,
+        origin: str | None = None,
+        reason: str | None = None,
+        action_id: str | None = None,
+        note: str | None = None,
+    ) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "time": _now(),
             "user": _user(),
             "instance": instance,
             "host": host,
             "action": action,
             "outcome": outcome,
             "result": result,
+            "origin": origin or self.origin,
+            "reason": reason,
         }
-        line = json.dumps(entry, separators=(",", ":"), default=str) + "\n"
+        if action_id is not None:
+            entry["action_id"] = action_id
+        if note is not None:
+            entry["note"] = note
         with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a", encoding="utf-8") as fh:
-                fh.write(line)
+            _append(self.path, entry)
+            if action_id is not None:
+                _append(self.pending_path, {"done": action_id}, sync=False)
         return entry
+
+    def intent(
+        self, instance: str, host: str, action: str, origin: str | None = None, reason: str | None = None
+    ) -> str:
+        """Write the intent of a destructive action (fsync) and return its action id; OSError: refuse it."""
+        with self._lock:
+            self._recover()
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8"):  # the outcome must have somewhere to go too
+                pass
+            action_id = secrets.token_hex(8)
+            _append(self.pending_path, {
+                "intent": action_id, "time": _now(), "user": _user(), "pid": os.getpid(), "instance": instance,
+                "host": host, "action": action, "origin": origin or self.origin, "reason": reason,
+            })
+        return action_id
+
+    def done(self, action_id: str) -> None:
+        """Close an intent whose outcome was recorded without its action id."""
+        with self._lock:
+            _append(self.pending_path, {"done": action_id}, sync=False)
 
     def read(self) -> list[dict[str, Any]]:
         if not self.path.exists():
             return []
         return [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+    def _recover(self) -> None:
+        """Intents of consoles that died before their outcome: written as ``unknown``; the file compacted."""
+        try:
+            text = self.pending_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return
+        open_intents: dict[str, dict[str, Any]] = {}
+        for line in text.splitlines():
+            try:
+                item = json.loads(line)
+            except ValueError:
+                continue
+            if "intent" in item:
+                open_intents[item["intent"]] = item
+            elif "done" in item:
+                open_intents.pop(item["done"], None)
+        live = {}
+        for action_id, item in open_intents.items():
+            if _alive(item.get("pid")):
+                live[action_id] = item  # another console of this user, still waiting for its outcome
+                continue
+            _append(self.path, {
+                "time": _now(), "user": item.get("user"), "instance": item.get("instance"), "host": item.get("host"),
+                "action": item.get("action"), "outcome": "unknown", "result": None, "origin": item.get("origin"),
+                "reason": item.get("reason"), "action_id": action_id,
+                "note": f"sent at {item.get('time')} by a console (pid {item.get('pid')}) that stopped before "
+                        "the outcome was known",
+            })
+        tmp = self.pending_path.with_name(self.pending_path.name + ".tmp")
+        tmp.write_text("".join(json.dumps(i, separators=(",", ":")) + "\n" for i in live.values()), encoding="utf-8")
+        os.replace(tmp, self.pending_path)
+
+
+def _append(path: Path, entry: dict[str, Any], sync: bool = True) -> None:
+    line = json.dumps(entry, separators=(",", ":"), default=str) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(line)
+        fh.flush()
+        if sync:
+            os.fsync(fh.fileno())
+
+
+def _alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 def _user() -> str:

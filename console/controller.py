@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import time
 from typing import Any, NotRequired, TypedDict
 
@@ -16,7 +17,8 @@ from console.agent.protocol import RestartResult
 from console.audit import AuditLog
 from console.inventory import Fleet, Instance
 from console.link import AgentLink, LinkError, SshLink, make_link
-from console.link.base import FAILURES, PERMANENT
+from console.link.base import FAILURES, PERMANENT, LinkLost
+from console.link.validate import BadFrame, check_result
 from console.state import FleetState
 
 # Statuses that make the console diagnose an instance on its own (once on entering them, rate-limited).
@@ -26,6 +28,7 @@ AUTO_POLL = 1.0  # seconds between looks at the fleet state
 # Link statuses that waiting longer will not fix.
 HOPELESS = PERMANENT
 TOAST_TAIL_LINES = 3  # of a dead start's log, in the app's notification
+RECOVER_TIMEOUT = 120.0  # seconds to learn from the agent's journal what an action did after a link drop
 
 
 class RestartOutcome(TypedDict):
@@ -233,33 +236,94 @@ class FleetController:
             for task in list(running):
                 task.cancel()
 
-    async def restart(self, names: list[str]) -> dict[str, RestartOutcome]:
+    async def restart(
+        self, names: list[str], origin: str | None = None, reason: str | None = None
+    ) -> dict[str, RestartOutcome]:
         """Restart the benchmark on each instance (concurrently); every attempt is audited.
 
-        The caller has confirmed; under ``--read-only`` nothing is sent and the refusal is audited.
-        Returns per instance a ``RestartOutcome``: a benchmark that died right after its start is a failure.
+        The caller has confirmed; under ``--read-only`` nothing is sent and the refusal is audited. The intent
+        is written (fsync) before anything is sent, and nothing is sent when it cannot be; when the link drops
+        before the answer, the agent's journal says on reconnect what the action did. ``origin`` ("tui", "cli",
+        "mcp") and ``reason`` go into every record. Returns per instance a ``RestartOutcome``: a benchmark that
+        died right after its start is a failure.
         """
         if self.read_only:
             for name in names:
-                self.audit.record(name, self._host(name), "restart", "refused", "read-only")
+                self._audit(name, "restart", "refused", "read-only", **_who(origin, reason))
             raise ReadOnlyError("restart")
 
         async def one(name: str) -> RestartOutcome:
+            host = self._host(name)
             try:
-                data: RestartResult = await self._request(name, "restart", {}, timeout=120.0)
+                action_id = self.audit.intent(name, host, "restart", origin=origin, reason=reason)
+            except OSError as exc:
+                return {"ok": False, "error": f"not sent: cannot write the audit log {self.audit.path}: "
+                                              f"{exc.strerror or exc}"}
+            who = {**_who(origin, reason), "action_id": action_id}
+            note = None
+            try:
+                data = await self._send_action(name, "restart", action_id, 120.0)
+            except LinkLost as exc:  # sent, then the link dropped (or the answer was late): ask the journal
+                try:
+                    data = await self._recover_action(name, "restart", action_id)
+                    note = f"link dropped ({exc}); outcome from the agent's journal"
+                except ActionError as why:
+                    self._audit(name, "restart", "unknown", str(why), **who, note=str(exc))
+                    return {"ok": False, "error": f"{exc}; outcome unknown: {why}"}
             except ActionError as exc:
-                self.audit.record(name, self._host(name), "restart", "failed", str(exc))
+                self._audit(name, "restart", "failed", str(exc), **who)
                 return {"ok": False, "error": str(exc)}
             started = data.get("started")
             if started is not None and not started["alive"]:
                 error = f"the benchmark died at once (pid {started['pid']}, exit code {started.get('returncode')})"
-                self.audit.record(name, self._host(name), "restart", "failed", data)
+                self._audit(name, "restart", "failed", data, **who, note=note)
                 return {"ok": False, "error": error, "data": data}
-            self.audit.record(name, self._host(name), "restart", "ok", data)
+            self._audit(name, "restart", "ok", data, **who, note=note)
             return {"ok": True, "data": data}
 
         results = await asyncio.gather(*(one(n) for n in names))
         return dict(zip(names, results, strict=True))
+
+    async def _send_action(self, name: str, op: str, action_id: str, timeout: float) -> Any:
+        """Send a journaled action; LinkLost when it may have run without its answer reaching us."""
+        link = self._link(name)
+        try:
+            answer = await link.request(op, {"action_id": action_id}, timeout=timeout)
+        except LinkLost:
+            raise
+        except LinkError as exc:
+            raise ActionError(str(exc)) from None
+        if not answer.get("ok"):
+            raise ActionError(f"{name}: {op} failed: {answer.get('error')}")
+        return answer.get("data")
+
+    async def _recover_action(self, name: str, op: str, action_id: str, timeout: float = RECOVER_TIMEOUT) -> Any:
+        """What the agent's journal says ``action_id`` did, once the link is back (it may still be running)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ActionError(f"{name}: no answer from the agent's journal within {timeout:g} s")
+            try:
+                link = await self.wait_ready(name, remaining)
+                answer = await link.request("journal", {"ids": [action_id]}, timeout=min(20.0, remaining))
+            except LinkError:
+                await asyncio.sleep(0.5)
+                continue
+            entries = (answer.get("data") or {}).get("entries") if answer.get("ok") else None
+            entry = entries.get(action_id) if isinstance(entries, dict) else None
+            if not answer.get("ok"):
+                raise ActionError(f"{name}: the agent keeps no journal: {answer.get('error')}")
+            if entry is None:
+                raise ActionError(f"{name}: {op} not received by the host (not in the agent's journal)")
+            if entry.get("state") == "done":
+                if not entry.get("ok"):
+                    raise ActionError(f"{name}: {op} failed: {entry.get('error')}")
+                try:
+                    return check_result(op, entry.get("data"))
+                except BadFrame as exc:
+                    raise ActionError(f"{name}: bad journal entry: {exc}") from None
+            await asyncio.sleep(1.0)  # still running on the host
 
     def probe_specs(self, name: str | None = None) -> list[ProbeEntry]:
         """Built-in probes, then the fleet file's custom ones."""
@@ -293,11 +357,33 @@ class FleetController:
         self.state.set_probe_result(name, spec.name, data)
         return data
 
+    def _audit(self, name: str, action: str, outcome: str, result: Any, **meta: Any) -> None:
+        """One audit record; ``meta`` (origin, reason, action_id, note) where the log's ``record`` takes it
+        (a subclass written before those fields gets the record without them rather than a TypeError)."""
+        params = inspect.signature(self.audit.record).parameters
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            kept = {k: v for k, v in meta.items() if k in params}
+            self.audit.record(name, self._host(name), action, outcome, result, **kept)
+            if "action_id" in meta and "action_id" not in kept:
+                self.audit.done(meta["action_id"])
+            return
+        self.audit.record(name, self._host(name), action, outcome, result, **meta)
+
     def _host(self, name: str) -> str:
         try:
             return self.fleet.get(name).address
         except KeyError:
             return "?"
+
+
+def _who(origin: str | None, reason: str | None) -> dict[str, Any]:
+    """The origin/reason keywords for ``AuditLog.record``, only when set (subclasses may predate them)."""
+    out: dict[str, Any] = {}
+    if origin is not None:
+        out["origin"] = origin
+    if reason is not None:
+        out["reason"] = reason
+    return out
 
 
 def describe_restart(name: str, outcome: RestartOutcome, tail: int | None = None) -> list[str]:

@@ -48,7 +48,12 @@ MAX_ERRORS = 20
 MAX_EVENTS = 200
 MAX_PROBE_LINES = 2000
 DEFAULT_HEARTBEAT = 5.0  # agent heartbeat_interval default (seconds)
-STALE_FACTOR = 3.0
+STALE_FACTOR = 2.0  # heartbeats missed before STALE (5 s heartbeat: stale at 10 s)
+DEFAULT_CONNECT_TIMEOUT = 15.0  # the link's (console/link/auth.py): a first attempt this old is UNREACHABLE
+RENOTIFY_AFTER = 300.0  # seconds: a host that went down twice in this long, never up STABLE_FOR since, is
+FLAP_NOTICES = 2  # flapping: its next drops in that window are not news (a reconnect storm, one notice a retry)
+STABLE_FOR = 30.0  # seconds connected that make a later drop news again
+GAP_MARKER = "[... lines not received while disconnected ...]"
 IDLE_UTIL = 5  # % at or under which a GPU counts as idle
 IDLE_WINDOW = 30  # samples (seconds) of idleness before an instance is "gpu_idle"
 BUSY_UTIL = 10  # % from which a GPU counts as busy in the fleet totals
@@ -116,7 +121,13 @@ class LogRing:
         self.missing = False
         self.updated = 0.0
 
-    def add(self, first_line: Optional[int], lines: List[str], event: Optional[str], now: float) -> None:
+    def add(self, first_line: Optional[int], lines: List[str], event: Optional[str], now: float,
+            backlog: bool = False) -> None:
+        """``backlog``: the lines a (re)connected agent resends; a gap before them was lost while disconnected."""
+        if backlog and lines and first_line is not None and not event:
+            last = self.last
+            if last is not None and first_line > last[0] + 1:
+                self.lines.append((0, GAP_MARKER))
         if event:
             self.event = event
             self.missing = event == "missing"
@@ -154,6 +165,8 @@ class InstanceState:
         self.transport: Optional[str] = getattr(instance, "transport", None)
         self.link_status = "connecting"
         self.link_detail = ""
+        self.link_since: Optional[float] = None  # console clock of the last link status change
+        self.notified: Dict[str, Deque[float]] = {}  # status -> when its last "got worse" events were raised
         self.ever_connected = False
         self.connected_at: Optional[float] = None
         self.hello: HelloFrame = {"type": "hello", "ts": 0.0}
@@ -322,6 +335,10 @@ def _derive(inst: InstanceState, now: float) -> Tuple[str, str]:
         detail = label + (": " + inst.link_detail if inst.link_detail else "")
         return LINK_DERIVED.get(link, "unreachable"), detail
     if link != "connected":
+        timeout = getattr(inst.instance, "connect_timeout", None) or DEFAULT_CONNECT_TIMEOUT
+        since = inst.link_since
+        if not inst.ever_connected and since is not None and now - since > timeout:  # never answered
+            return "unreachable", "no answer within %s (still trying)" % format_age(timeout)
         return "connecting", inst.link_detail or ("reconnecting" if inst.ever_connected else "")
     if inst.diagnosis_failed():
         return "failed", inst.verdict_summary()
@@ -340,6 +357,16 @@ def _derive(inst: InstanceState, now: float) -> Tuple[str, str]:
     if inst.gpus and inst._idle_count >= IDLE_WINDOW:
         return "gpu_idle", "GPUs idle for %s+" % format_age(inst._idle_count)
     return "ok", ""
+
+
+def _flapping(inst: InstanceState, status: str, now: float) -> bool:
+    """The same trouble raised not long ago, and the host never stayed up since: not news (a reconnect storm)."""
+    times = inst.notified.get(status)
+    if times is None or len(times) < FLAP_NOTICES or now - times[0] > RENOTIFY_AFTER:
+        return False
+    last = times[-1]
+    up = inst.connected_at
+    return up is None or up < last or (inst.link_since or now) - up < STABLE_FOR
 
 
 def _bench_patterns(instance: Any, field: str = "match") -> List[re.Pattern[str]]:
@@ -400,8 +427,10 @@ class FleetState:
                 # (unreachable -> connecting -> unreachable ...) reports once, not on every retry.
                 before = inst.settled_status
                 first_bad = before is None and status in ("unreachable", "needs_action", "failed")
-                if first_bad or (before is not None and RANK[status] < RANK.get(before, 99)):
+                if (first_bad or (before is not None and RANK[status] < RANK.get(before, 99))) \
+                        and not _flapping(inst, status, now):
                     self._events.append((inst.name, before or old, status, detail))
+                    inst.notified.setdefault(status, deque(maxlen=FLAP_NOTICES)).append(now)
                 inst.settled_status, inst.settled_detail = status, detail
         if status != old or detail != inst.status_detail:
             inst.status_detail = detail
@@ -430,6 +459,8 @@ class FleetState:
         now = self.clock()
         if status == "connected" and inst.ever_connected and inst.link_status != "connected":
             inst.reconnects.append(now)
+        if status != inst.link_status:
+            inst.link_since = now
         inst.link_status = status
         inst.link_detail = clean(detail)  # error texts from the host (or its sshd) are host text
         if status == "connected":
@@ -646,7 +677,7 @@ def _on_log(inst: InstanceState, raw: Frame, now: float) -> None:
         ring = inst.logs[path] = LogRing(path)
     lines = clean_lines(frame.get("lines"))
     event = frame.get("event")
-    ring.add(frame.get("first_line"), lines, event, now)
+    ring.add(frame.get("first_line"), lines, event, now, backlog=bool(frame.get("backlog")))
     if (inst.diagnosis is not None and path == inst.bench_log and not frame.get("backlog")
             and (event in ("created", "rotated", "truncated") or any(t.startswith(RESTART_MARKER) for t in lines))):
         inst.log_moved_on = True  # the benchmark's log started over: the verdict is history

@@ -267,9 +267,9 @@ async def test_the_hunt_over_mcp_on_a_real_fleet(
 
     records = [r for r in audit_records(tmp_path) if r["action"] == "restart"]
     assert [(r["instance"], r["outcome"]) for r in records] == [("box1", "refused"), ("box1", "ok")]
-    assert all(r["result"]["origin"] == "mcp" for r in records)
-    assert records[0]["result"]["reason"] == "seed: broken pipe"
-    assert records[1]["result"]["reason"] == "warmup proof died on a broken pipe"
+    assert all(r["origin"] == "mcp" for r in records)
+    assert records[0]["reason"] == "seed: broken pipe"
+    assert records[1]["reason"] == "warmup proof died on a broken pipe"
     assert records[1]["result"]["started"]["pid"] == done["started_pid"]
 
 
@@ -280,7 +280,7 @@ async def test_read_only_wins_over_allow_restart(sshd: Sshd, chains: Harness, tm
         assert "--read-only" in (tools["restart"].description or "")
         assert "--read-only" in await call_error(session, "restart", name="box1", reason="should not happen")
     records = audit_records(tmp_path)
-    assert [(r["outcome"], r["result"]["origin"], r["result"]["reason"]) for r in records] == [
+    assert [(r["outcome"], r["origin"], r["reason"]) for r in records] == [
         ("refused", "mcp", "should not happen")
     ]
 

@@ -10,7 +10,7 @@ console follows. Tool names and descriptions are fixed text here: nothing a host
 from __future__ import annotations
 
 import asyncio
-import contextvars
+import functools
 import json
 import time
 import urllib.parse
@@ -33,7 +33,6 @@ from console.state import InstanceState
 from console.status import BAD_LINK, LINK_LABELS
 
 ORIGIN = "mcp"
-_REASON: contextvars.ContextVar[str | None] = contextvars.ContextVar("mcp_restart_reason", default=None)
 
 INSTRUCTIONS = """\
 fleet-console watches a fleet of GPU instances over SSH and knows, per instance, whether its benchmark runs.
@@ -68,25 +67,9 @@ class Options:
     settle: float = 10.0  # how long a status call waits for instances still making their first connection
 
 
-class McpAudit(AuditLog):
-    """The audit log with this server's origin (and a restart's reason) on every record.
-
-    ``AuditLog.record`` has no origin field; until it has, the origin and reason ride in the record's
-    ``result`` (merged into it when it is a dict, next to it as ``detail`` otherwise).
-    """
-
-    def record(self, instance: str, host: str, action: str, outcome: str, result: Any = None) -> dict[str, Any]:
-        extra: dict[str, Any] = {"origin": ORIGIN}
-        reason = _REASON.get()
-        if reason is not None:
-            extra["reason"] = reason
-        if isinstance(result, dict):
-            payload: Any = {**result, **extra}
-        elif result is None:
-            payload = extra
-        else:
-            payload = {**extra, "detail": result}
-        return super().record(instance, host, action, outcome, payload)
+# Every record of this server's controller has origin "mcp" (AuditLog's default origin); a restart adds the
+# caller's reason (FleetController.restart(origin=, reason=)).
+McpAudit = functools.partial(AuditLog, origin=ORIGIN)
 
 
 def _result(data: dict[str, Any], text: str) -> CallToolResult:
@@ -286,26 +269,24 @@ class FleetTools:
         only when the operator started this server with --allow-restart; audited either way."""
         self._inst(name)
         address = self.controller.instance(name).address
-        token = _REASON.set(safe.field(reason, 500))
-        try:
-            if self.options.read_only:
-                try:
-                    await self.controller.restart([name])  # refuses, and audits the refusal
-                except ReadOnlyError:
-                    pass
-                raise ToolError("restart refused: this server runs with --read-only")
-            if not self.options.allow_restart:
-                self.controller.audit.record(name, address, "restart", "refused",
-                                             "not allowed: the MCP server was started without --allow-restart")
-                raise ToolError("restart refused: the operator did not start this server with --allow-restart; "
-                                "report the cause and propose the restart instead")
+        why = safe.field(reason, 500)
+        if self.options.read_only:
             try:
-                await self._link(name)
-            except ToolError:
-                pass  # the controller's own attempt fails at once on a down link, and audits it
-            results = await self.controller.restart([name])
-        finally:
-            _REASON.reset(token)
+                await self.controller.restart([name], origin=ORIGIN, reason=why)  # refuses, and audits the refusal
+            except ReadOnlyError:
+                pass
+            raise ToolError("restart refused: this server runs with --read-only")
+        if not self.options.allow_restart:
+            self.controller.audit.record(name, address, "restart", "refused",
+                                         "not allowed: the MCP server was started without --allow-restart",
+                                         origin=ORIGIN, reason=why)
+            raise ToolError("restart refused: the operator did not start this server with --allow-restart; "
+                            "report the cause and propose the restart instead")
+        try:
+            await self._link(name)
+        except ToolError:
+            pass  # the controller's own attempt fails at once on a down link, and audits it
+        results = await self.controller.restart([name], origin=ORIGIN, reason=why)
         outcome = results.get(name)
         if outcome is None or not outcome["ok"]:
             error = str(outcome.get("error") if outcome else "no result")
