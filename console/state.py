@@ -225,6 +225,23 @@ class InstanceState:
     def lost_gpus(self) -> List[int]:
         return [g.index for g in self.gpus.values() if g.lost or g.missing]
 
+    def gpu_shortfall(self) -> str:
+        """``gpu_missing: ...`` when the instance should have ``gpus = N`` (fleet.toml or the vast.ai import) and
+        its last gpu frame shows fewer working, with NVML's own words; "" otherwise (or before any gpu frame)."""
+        expected = getattr(self.instance, "gpus", None)
+        if not expected or self.gpu_state is None:
+            return ""
+        working = [g for g in self.gpus.values() if not (g.lost or g.missing)] if self.gpu_state == "ok" else []
+        if len(working) >= expected:
+            return ""
+        why = self.gpu_message or "; ".join(
+            "GPU %d: %s" % (g.index, g.error or "absent") for g in sorted(self.gpus.values(), key=lambda g: g.index)
+            if g.lost or g.missing
+        )
+        found = ", found %d" % len(working) if self.gpu_state == "ok" else ""
+        return "gpu_missing: expected %d GPU%s%s, NVML: %s" % (
+            expected, "" if expected == 1 else "s", found, why or self.gpu_state)
+
     def age(self, now: Optional[float] = None) -> Optional[float]:
         """Seconds since the last frame (None when none arrived yet)."""
         if self.last_frame is None:
@@ -345,6 +362,9 @@ def _derive(inst: InstanceState, now: float) -> Tuple[str, str]:
     if inst.is_stale(now):
         since = inst.last_frame if inst.last_frame is not None else inst.connected_at or now
         return "stale", "no data for %s" % format_age(now - since)
+    shortfall = inst.gpu_shortfall()  # an instance rented with N GPUs that has fewer working is trouble
+    if shortfall:
+        return "failed", shortfall
     if inst.diagnosis_bench_down():
         return "benchmark_down", inst.verdict_summary()
     if inst.bench_running is False and inst.diagnosis_finished():

@@ -426,3 +426,30 @@ def test_lost_retry_from_config(nvml_in_process, gpu_dev):
     nvml_in_process.write(state([device(0)]))
     frame = sampler.sample()
     assert not frame["devices"][0]["lost"] and frame["full"]
+
+
+def test_gpu_missing_when_fewer_than_expected(nvml_in_process):
+    """An instance rented with ``gpus = 2`` whose driver is gone, or with a GPU lost, is trouble with NVML's words."""
+    from console.inventory import Instance
+    from console.state import FleetState
+
+    fleet = FleetState()
+    fleet.add_instance(Instance(name="a", host="h", gpus=2))
+    fleet.add_instance(Instance(name="b", host="h"))  # nothing expected: no GPU is not trouble
+    for name in ("a", "b"):
+        fleet.set_link_status(name, "connected")
+    nvml_in_process.write(state([], init_error="DRIVER_NOT_LOADED"))
+    frame = dict(GpuSampler(REAL).sample(), type="gpu", ts=time.time())
+    for name in ("a", "b"):
+        fleet.apply_frame(name, frame)
+    a, b = fleet.get("a"), fleet.get("b")
+    assert a.status == "failed"
+    assert a.status_detail.startswith("gpu_missing: expected 2 GPUs, NVML: Driver Not Loaded")
+    assert b.status != "failed"
+    nvml_in_process.write(state([device(0), device(1, error="GPU_IS_LOST")]))
+    frame = dict(GpuSampler(REAL).sample(), type="gpu", ts=time.time())
+    fleet.apply_frame("a", frame)
+    assert a.status == "failed" and a.status_detail.startswith("gpu_missing: expected 2 GPUs, found 1, NVML: GPU 1: ")
+    nvml_in_process.write(state([device(0), device(1)]))
+    fleet.apply_frame("a", dict(GpuSampler(REAL).sample(), type="gpu", ts=time.time()))
+    assert a.status != "failed"
