@@ -453,3 +453,29 @@ def test_gpu_missing_when_fewer_than_expected(nvml_in_process):
     nvml_in_process.write(state([device(0), device(1)]))
     fleet.apply_frame("a", dict(GpuSampler(REAL).sample(), type="gpu", ts=time.time()))
     assert a.status != "failed"
+
+
+def test_gpu_tab_says_how_processes_were_mapped(nvml_in_process, gpu_dev, real):
+    """The GPU tab: "mapped via /dev/nvidia fds", a group with "≈", MIG instances with their profile."""
+    from console.inventory import Instance
+    from console.state import FleetState
+    from widgets.gpu_panel import gpu_detail
+
+    a = nvml.hold_devices(gpu_dev, [0], ["sleep", "60"])
+    b = nvml.hold_devices(gpu_dev, [0], ["sleep", "60"])
+    try:
+        mig = {"instances": [{"profile": "1g.10gb", "mem_total_mib": 9856, "mem_used_mib": 13, "processes": []}]}
+        procs = [{"pid": HOST_PIDS[0], "mem_mib": 100}, {"pid": HOST_PIDS[1], "mem_mib": 200}]
+        nvml_in_process.write(state([device(0, processes=procs), device(1, mig=mig)]))
+        fleet = FleetState()
+        fleet.add_instance(Instance(name="a", host="h"))
+        fleet.set_link_status("a", "connected")
+        fleet.apply_frame("a", dict(GpuSampler(real).sample(), type="gpu", ts=time.time()))
+        text = gpu_detail(fleet.get("a"), width=100).plain
+    finally:
+        for p in (a, b):
+            p.kill()
+            p.wait()
+    assert "mapped via /dev/nvidia fds" in text
+    assert "≈ %d,%d (300" % tuple(sorted([a.pid, b.pid])) in text
+    assert "MIG 1g.10gb" in text and "idle" in text

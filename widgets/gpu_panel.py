@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import Any, Optional
 
 from rich.text import Text
 
@@ -40,6 +40,8 @@ def gpu_detail(inst: InstanceState, width: int = 80, now: Optional[float] = None
         text.append("  SIMULATED GPUs", "bold reverse")
     if inst.agentless:
         text.append("  agentless (nvidia-smi)", "bold")
+    if any("nvml_pid" in p or "group" in p for g in inst.gpus.values() for p in g.sample.get("procs") or ()):
+        text.append("  mapped via /dev/nvidia fds", "bold")  # NVML's (host) pids are not this /proc's
     text.append("\n")
     if inst.gpu_message:
         text.append(inst.gpu_message + "\n", "italic")
@@ -85,9 +87,19 @@ def gpu_detail(inst: InstanceState, width: int = 80, now: Optional[float] = None
         text.append("  mem   " + sparkline(tail(gpu.mem_hist, spark_w), spark_w) + "\n", "blue")
         procs = s.get("procs") or []
         if procs:
-            text.append(
-                "  processes: " + ", ".join("%s (%s)" % (p.get("pid"), size(p.get("mem"))) for p in procs) + "\n"
-            )
+            text.append("  processes: " + ", ".join(_proc(p) for p in procs) + "\n")
+        for m in s.get("mig") or ():  # a MIG-enabled GPU: its instances
+            text.append("  MIG %s  %s / %s  %s\n" % (m.get("profile") or "?", size(m.get("mem_used")),
+                        size(m.get("mem_total")), ", ".join(_proc(p) for p in m.get("procs") or ()) or "idle"))
     if old:
         text.stylize("dim", start)
     return text
+
+
+def _proc(p: Any) -> str:
+    """``pid (mem)``; a group of local processes as ``≈ 12,15 (mem)``; one with no local process as ``? (mem)``."""
+    if p.get("pid") is not None:
+        return "%s (%s)" % (p["pid"], size(p.get("mem")))
+    if p.get("group"):
+        return "≈ %s (%s)" % (",".join(str(x) for x in p["group"]), size(p.get("mem")))
+    return "? host pid %s (%s)" % (p.get("nvml_pid"), size(p.get("mem")))
