@@ -23,7 +23,7 @@ from textual.widgets import Footer, Input, Static
 
 from console.actions import ReadOnlyError
 from console.status import BADGES, TABLE, THEME_DEFAULTS
-from themes import DEFAULT_THEME, TCSS_PATH, THEMES, next_theme, save_settings, saved_theme
+from themes import DEFAULT_THEME, TCSS_PATH, THEMES, next_theme, picked_theme, remember_theme, saved_theme
 from widgets.confirm_screen import ConfirmScreen
 from widgets.filter_bar import FilterBar
 from widgets.fleet_grid import FleetGrid
@@ -90,7 +90,7 @@ class FleetApp(App):
             chosen = DEFAULT_THEME
         self.theme = chosen
         if theme and not self._theme_warning:
-            save_settings(theme=chosen)
+            remember_theme(chosen)
         self._last_tick = 0.0
         self._header_key: Any = None
         self._stopped = False
@@ -135,6 +135,7 @@ class FleetApp(App):
         if self._theme_warning:
             self.notify(self._theme_warning, severity="warning")
         self.query_one(FleetGrid).focus()
+        self.theme_changed_signal.subscribe(self, self._theme_changed)
         self.set_interval(FRAME_INTERVAL, self.paint_frame)
         # Once the screens are built, move the long-lived objects out of the collector's way: full
         # collections then scan only what came later (measured: 70+ ms gen-2 pauses otherwise).
@@ -339,10 +340,24 @@ class FleetApp(App):
             grid.set_query("")
         self.update_header()
 
+    def _theme_changed(self, theme: Any) -> None:
+        """Any theme change is remembered: ``t``, and a pick in the palette (Textual's own themes too).
+
+        The palette's picker previews each theme it passes over, so the pick is written once it closes.
+        """
+        self.call_after_refresh(self._remember_theme)
+
+    def _remember_theme(self) -> None:
+        if type(self.screen).__name__ == "CommandPalette":
+            self.set_timer(0.5, self._remember_theme)  # still browsing: what it closes on is what counts
+            return
+        if self.theme != saved_theme():
+            remember_theme(self.theme)
+
     def action_cycle_theme(self) -> None:
-        name = next_theme(self.theme)
+        name = next_theme(self.theme, picked_theme())
         self.theme = name
-        save_settings(theme=name)
+        remember_theme(name)
         self.notify("theme: %s" % name, timeout=2)
 
     def action_reload(self) -> None:
@@ -526,7 +541,7 @@ class FleetApp(App):
         yield SystemCommand("Fleet: diagnose", "Diagnose selected or focused instances (d)", self.action_diagnose)
         yield SystemCommand("Fleet: restart benchmark", "Restart, after confirmation (r)", self.action_restart)
         yield SystemCommand("Fleet: probes", "Run a probe on the focused instance (p)", self.action_probe)
-        yield SystemCommand("Fleet: cycle theme", "dark, light, high-contrast (t)", self.action_cycle_theme)
+        yield SystemCommand("Fleet: cycle theme", "dark, light, high-contrast, your pick (t)", self.action_cycle_theme)
         yield SystemCommand("Fleet: help", "Keys and statuses (?)", self.action_help)
         for name in sorted(self.state.instances)[:500]:
             yield SystemCommand("Open %s" % name, "Instance screen of %s" % name, lambda n=name: self.open_instance(n))

@@ -795,3 +795,34 @@ async def test_a_filter_that_hides_every_instance_says_so(tmp_path: Path) -> Non
         await pilot.press("slash", *"zzz", "enter")
         await pilot.pause(0.3)
         assert "No instance matches 'zzz'" in screen_text(app)
+
+
+async def test_a_theme_picked_in_the_palette_is_remembered_and_t_cycles_back_to_it(
+    tmp_path: Path, config_dir: Path
+) -> None:
+    from textual.command import CommandPalette
+
+    app = make_app(tmp_path, names=("alpha",), theme=None)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("ctrl+p")
+        await wait_until(pilot, lambda: isinstance(app.screen, CommandPalette), what="palette")
+        await pilot.press(*"theme")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+        await wait_until(pilot, lambda: isinstance(app.screen, CommandPalette), what="theme picker")
+        await pilot.press(*"nord")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: not isinstance(app.screen, CommandPalette), what="picker closed")
+        assert app.theme == "nord"
+        await pilot.pause(0.2)
+    assert json.loads((config_dir / "settings.json").read_text())["theme"] == "nord"
+    again = make_app(tmp_path, names=("alpha",), theme=None)
+    async with again.run_test(size=(80, 24)) as pilot:
+        assert again.theme == "nord"
+        seen = []
+        for _ in range(4):
+            await pilot.press("t")
+            seen.append(again.theme)
+        assert seen == ["dark", "light", "high-contrast", "nord"]  # the picked theme stays in t's ring

@@ -95,12 +95,17 @@ THEME_NAMES: List[str] = list(THEMES)
 DEFAULT_THEME = "dark"
 
 
-def next_theme(current: Optional[str]) -> str:
-    """The theme after ``current`` in the cycle dark -> light -> high-contrast -> dark."""
+def next_theme(current: Optional[str], picked: Optional[str] = None) -> str:
+    """The theme after ``current`` in the cycle dark -> light -> high-contrast (-> ``picked``) -> dark.
+
+    ``picked`` is a theme chosen in the command palette (any of Textual's): it joins the ring, so ``t``
+    comes back to it instead of leaving it for good.
+    """
+    ring = THEME_NAMES + ([picked] if picked and picked not in THEME_NAMES else [])
     try:
-        return THEME_NAMES[(THEME_NAMES.index(current or "") + 1) % len(THEME_NAMES)]
+        return ring[(ring.index(current or "") + 1) % len(ring)]
     except ValueError:
-        return THEME_NAMES[0]
+        return ring[0]
 
 
 def config_dir() -> Path:
@@ -141,3 +146,17 @@ def save_settings(**changes: Any) -> None:
 def saved_theme() -> Optional[str]:
     name = load_settings().get("theme")
     return name if isinstance(name, str) else None
+
+
+def picked_theme() -> Optional[str]:
+    """The last theme picked in the palette that is not one of ours (it stays in ``t``'s ring)."""
+    name = load_settings().get("picked_theme")
+    return name if isinstance(name, str) and name not in THEMES else None
+
+
+def remember_theme(name: str) -> None:
+    """Keep ``name`` for the next run; a theme outside ours is also kept as the palette's pick."""
+    if name in THEMES:
+        save_settings(theme=name)
+    else:
+        save_settings(theme=name, picked_theme=name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -32,7 +32,7 @@ TABS = ("tab-gpus", "tab-procs", "tab-logs", "tab-diag", "tab-probes")
 STEP_STYLE = {"ok": "green", "problem": "bold red", "info": "", "skipped": "dim"}
 
 
-def _verdict_line(verdict: Dict[str, Any]) -> str:
+def _verdict_line(verdict: Mapping[str, Any]) -> str:
     """The verdict's summary, its code said once (``healthy: healthy: ...`` nowhere)."""
     summary = operator_text(str(verdict.get("summary") or verdict.get("code") or "?"))
     code = str(verdict.get("code") or "")
