@@ -10,11 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
 import time
 from collections import deque
+from pathlib import Path
 from typing import Any, Iterable, List, Optional
 
 from rich.text import Text
+from textual import events, on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.notifications import Notify
@@ -23,6 +26,7 @@ from textual.widgets import Footer, Input, Static
 
 from console.actions import ReadOnlyError
 from console.status import BADGES, TABLE, THEME_DEFAULTS
+from console.text_safety import clean
 from themes import DEFAULT_THEME, TCSS_PATH, THEMES, next_theme, picked_theme, remember_theme, saved_theme
 from widgets.confirm_screen import ConfirmScreen
 from widgets.filter_bar import FilterBar
@@ -41,6 +45,23 @@ SMALL_SCREEN_ROWS = 40  # below this many rows toasts are one line each, at most
 SMALL_SCREEN_TOASTS = 3
 TOAST_CHARS = 56  # a one-line toast's text (Toast is 60 wide, less its padding and edge)
 EVENT_TOAST_EVERY = 60.0  # seconds: an instance's "got worse" toasts at most this often (the timeline has all)
+
+
+def screenshot_dir() -> Path:
+    """Where a screenshot goes: the user's Downloads if it exists (a desktop), else
+    ``$FLEET_CONSOLE_STATE_DIR/screenshots`` (or the user's state dir), else the working directory."""
+    import platformdirs
+
+    downloads = platformdirs.user_downloads_path()
+    if downloads.is_dir() and os.access(downloads, os.W_OK):
+        return downloads
+    base = os.environ.get("FLEET_CONSOLE_STATE_DIR") or platformdirs.user_state_dir("fleet-console")
+    target = Path(base) / "screenshots"
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        return target
+    except OSError:
+        return Path.cwd()
 
 
 def one_line(message: str, title: str = "") -> str:
@@ -101,6 +122,8 @@ class FleetApp(App):
 
     def notify(self, message: str, *, title: str = "", severity: str = "information", **kwargs: Any) -> None:
         """Every notice goes to the event timeline (``e``) in full; on a small screen its toast is one line."""
+        # the second way in for host text (controller results and errors: a verdict, a restart's log tail)
+        message, title = clean(message, keep_newlines=True), clean(title)
         self.notices.append((severity, title, message))
         self.session_events.append((time.time(), "", ("%s: %s" % (title, message)) if title else message))
         if self.size.height < SMALL_SCREEN_ROWS:
@@ -529,6 +552,25 @@ class FleetApp(App):
 
     async def on_unmount(self) -> None:
         await self.stop_controller()
+
+    # -- screenshots ---------------------------------------------------------------------------------
+    def deliver_screenshot(
+        self, filename: Optional[str] = None, path: Optional[str] = None, time_format: Optional[str] = None
+    ) -> Optional[str]:
+        """The palette's Screenshot: to ~/Downloads where there is one, else the state dir, else the cwd."""
+        return super().deliver_screenshot(filename, path or str(screenshot_dir()), time_format)
+
+    @on(events.DeliveryComplete)
+    def _on_delivery_complete(self, event: events.DeliveryComplete) -> None:
+        if event.name == "screenshot":
+            event.prevent_default()
+            self.notify("saved to %s" % (event.path or "?"), title="Screenshot", markup=False, timeout=8)
+
+    @on(events.DeliveryFailed)
+    def _on_delivery_failed(self, event: events.DeliveryFailed) -> None:
+        if event.name == "screenshot":
+            event.prevent_default()
+            self.notify("not saved: %s" % event.exception, title="Screenshot", severity="error", markup=False)
 
     # -- command palette -----------------------------------------------------------------------------
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:

@@ -826,3 +826,30 @@ async def test_a_theme_picked_in_the_palette_is_remembered_and_t_cycles_back_to_
             await pilot.press("t")
             seen.append(again.theme)
         assert seen == ["dark", "light", "high-contrast", "nord"]  # the picked theme stays in t's ring
+
+
+async def test_palette_screenshot_on_a_box_without_downloads_says_where_it_went(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from textual.command import CommandPalette
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))  # a headless box: no ~/Downloads
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("FLEET_CONSOLE_STATE_DIR", str(tmp_path / "state"))
+    app = make_app(tmp_path, names=("alpha",))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("ctrl+p")
+        await wait_until(pilot, lambda: isinstance(app.screen, CommandPalette), what="palette")
+        await pilot.press(*"screenshot")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        note = await wait_until(
+            pilot, lambda: next((n for n in app.notices if "creenshot" in n[1] + n[2]), None), what="a notice"
+        )
+        assert note[0] != "error", note
+        await pilot.pause(0.3)
+        assert len([n for n in app.notices if n[1] == "Screenshot"]) == 1
+        saved = list((tmp_path / "state").glob("screenshots/*.svg"))
+        assert len(saved) == 1 and str(saved[0]) in note[2]
