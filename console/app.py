@@ -567,7 +567,7 @@ class FleetApp(App):
             self.notify("saved to %s" % (event.path or "?"), title="Screenshot", markup=False, timeout=8)
 
     @on(events.DeliveryFailed)
-    def _on_delivery_failed(self, event: events.DeliveryFailed) -> None:
+    def _on_delivery_failed(self, event: events.DeliveryFailed) -> None:  # type: ignore[override]  # (theirs: a typo)
         if event.name == "screenshot":
             event.prevent_default()
             self.notify("not saved: %s" % event.exception, title="Screenshot", severity="error", markup=False)
