@@ -229,11 +229,11 @@ class FleetApp(App):
 
     def update_header(self) -> None:
         text = self.header_text()
-        key = text.plain
+        width = self.size.width or 80  # (the bar spans the screen; its own size lags a resize by a frame)
+        key = (text.plain, width)
         if key != self._header_key:
             self._header_key = key
             bar = self.screen_stack[0].query_one("#topbar", Static)
-            width = bar.size.width or self.size.width or 80
             lines = 1 if text.cell_len <= width else 2
             if bar.styles.height is None or bar.styles.height.value != lines:
                 bar.styles.height = lines  # a layout pass only when the header's height changes
@@ -290,6 +290,10 @@ class FleetApp(App):
         if isinstance(self.screen, InstanceScreen):
             self.pop_screen()
         self.push_screen(InstanceScreen(self.state, name, demo=self.demo, read_only=self.read_only, tab=tab))
+
+    def on_resize(self, event: events.Resize) -> None:
+        """A resize can change how many lines the header needs (2 at 80 columns, 1 at 200)."""
+        self.call_after_refresh(self.update_header)
 
     def on_selection_changed(self, message: SelectionChanged) -> None:
         self.update_header()

@@ -853,3 +853,17 @@ async def test_palette_screenshot_on_a_box_without_downloads_says_where_it_went(
         assert len([n for n in app.notices if n[1] == "Screenshot"]) == 1
         saved = list((tmp_path / "state").glob("screenshots/*.svg"))
         assert len(saved) == 1 and str(saved[0]) in note[2]
+
+
+async def test_the_header_takes_its_height_again_after_a_resize(tmp_path: Path) -> None:
+    app = make_app(tmp_path, demo=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="live agents")
+        await pilot.pause(0.5)
+        bar = app.query_one("#topbar")
+        assert bar.size.height == 2  # the demo banner and the counts do not fit in 80 columns
+        await pilot.resize_terminal(200, 40)
+        await wait_until(pilot, lambda: bar.size.height == 1, timeout=3, what="one line at 200 columns")
+        assert "instances" in screen_text(app).splitlines()[0]
+        await pilot.resize_terminal(80, 24)
+        await wait_until(pilot, lambda: bar.size.height == 2, timeout=3, what="two lines at 80 columns")
