@@ -19,7 +19,7 @@ import signal
 import subprocess
 import threading
 import time
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, List, Mapping, Optional, Sequence, Set
 
 from .config import DEFAULTS, AgentConfig, BenchmarkConfig, compile_patterns, plain
 from .procmatch import matches_program
@@ -130,7 +130,7 @@ def _wait_gone(pids: Set[int], timeout: float) -> Set[int]:
 
 
 def stop_processes(
-    targets: List[Dict[str, Any]], timeout: float = 10.0, processes: Optional[List[Dict[str, Any]]] = None
+    targets: Sequence[Mapping[str, Any]], timeout: float = 10.0, processes: Optional[Sequence[Mapping[str, Any]]] = None
 ) -> StopResult:
     """TERM the targets' process groups (or the pids alone where a group is unsafe), wait, then KILL.
 
