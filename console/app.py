@@ -147,6 +147,7 @@ class FleetApp(App):
         yield FilterBar()
         grid = FleetGrid(self.state, id="grid")
         grid.fleet_file = str(getattr(getattr(self.controller, "fleet", None), "source", "") or "")
+        grid.retry_at = self.retry_at
         yield grid
         yield Footer()
 
@@ -182,7 +183,9 @@ class FleetApp(App):
             self._last_tick = now
             state.tick(now)
             # panes whose text ages by itself ("last seen 2m ago", "restarted 40s ago") repaint each second
-            state._dirty.update(n for n, inst in state.instances.items() if pane_ages(inst, now))
+            state._dirty.update(
+                n for n, inst in state.instances.items() if pane_ages(inst, now) or self.retry_at(n) is not None
+            )
         dirty = state.take_dirty()
         events = state.take_events()
         try:
@@ -198,6 +201,12 @@ class FleetApp(App):
         if events:
             self.report_events(events)
         self.frames_painted += 1
+
+    def retry_at(self, name: str) -> Optional[float]:
+        """When ``name``'s failing link tries again (``time.time()``), None when it is not waiting to."""
+        link = getattr(self.controller, "links", {}).get(name)
+        when = getattr(link, "next_retry_at", None)
+        return float(when) if isinstance(when, (int, float)) else None
 
     def header_text(self) -> Text:
         totals = self.state.totals()

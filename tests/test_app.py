@@ -867,3 +867,28 @@ async def test_the_header_takes_its_height_again_after_a_resize(tmp_path: Path) 
         assert "instances" in screen_text(app).splitlines()[0]
         await pilot.resize_terminal(80, 24)
         await wait_until(pilot, lambda: bar.size.height == 2, timeout=3, what="two lines at 80 columns")
+
+
+async def test_an_unreachable_pane_counts_down_to_its_next_retry(tmp_path: Path) -> None:
+    import re
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on: every attempt is refused at once
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    down = Instance(name="down", host="127.0.0.1", port=port, user="nobody", transport="ssh", interval=0.5)
+    fleet = Fleet([down], source=str(tmp_path / "fleet.toml"))
+    app = FleetApp(FleetController(fleet, audit=AuditLog(tmp_path / "audit.jsonl")), theme="dark")
+
+    def countdown() -> int | None:
+        m = re.search(r"retry in (\d+)s", screen_text(app))
+        return int(m.group(1)) if m else None
+
+    async with app.run_test(size=(80, 24)) as pilot:
+        first = await wait_until(pilot, lambda: (countdown() or 0) >= 3 and countdown(), timeout=40, what="a retry a few s away")
+        await pilot.pause(1.3)
+        later = countdown()
+        assert later is not None and later < first  # it moves
+        screen = await open_screen(pilot, app)
+        assert screen.instance_name == "down"
+        await wait_until(pilot, lambda: countdown() is not None, timeout=20, what="the countdown in the header")

@@ -89,6 +89,7 @@ class FleetGrid(ScrollView, can_focus=True):
         self.on_pane_rendered: Optional[Callable[[str, float], None]] = None  # bench hook
         self.paints = 0
         self.fleet_file = ""  # shown in the empty fleet's hint (the app sets it)
+        self.retry_at: Callable[[str], Optional[float]] = lambda name: None  # when a failing link tries again
 
     # -- palette / theme ----------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -276,6 +277,7 @@ class FleetGrid(ScrollView, can_focus=True):
         if inst is None:
             return [Strip.blank(self.pane_w, self.rich_style)] * row_h
         now = time.time()
+        retry_at = self.retry_at(name)
         shown = self._shown.get(name)
         if shown is None:
             shown = self._shown[name] = inst.version
@@ -287,7 +289,8 @@ class FleetGrid(ScrollView, can_focus=True):
             name == self.cursor_name and self.has_focus,
             name == self.cursor_name,
             name in self.selected,
-            int(now) if inst.status == STALE or pane.ages(inst, now) else 0,
+            int(now) if inst.status == STALE or pane.ages(inst, now) or retry_at is not None else 0,
+            retry_at,
         )
         cached = self._cache.get(name)
         if cached is not None and cached[0] == key:
@@ -301,6 +304,7 @@ class FleetGrid(ScrollView, can_focus=True):
             compact=self.compact,
             cursor=name == self.cursor_name,
             selected=name in self.selected,
+            retry_at=retry_at,
         )
         self._cache[name] = (key, strips)
         self.paints += 1

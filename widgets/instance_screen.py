@@ -22,6 +22,7 @@ from console.status import STALE, badge
 
 from .gpu_panel import gpu_detail
 from .log_view import LogView
+from .pane import retry_text
 from .process_tree import ProcessTree
 from .render import operator_text, short_path
 
@@ -111,7 +112,7 @@ def probes_text(inst: InstanceState) -> Text:
     return text
 
 
-def header_text(inst: InstanceState, demo: bool, read_only: bool) -> Text:
+def header_text(inst: InstanceState, demo: bool, read_only: bool, retry_at: Optional[float] = None) -> Text:
     text = Text()
     text.append(" %s " % inst.name, "bold reverse")
     label = badge(inst.status)
@@ -120,6 +121,9 @@ def header_text(inst: InstanceState, demo: bool, read_only: bool) -> Text:
     text.append(" %s " % label, "bold")
     if inst.status_detail:
         text.append(operator_text(inst.status_detail) + "  ", "italic")
+    retry = retry_text(retry_at, time.time())
+    if retry:
+        text.append(retry + "  ", "bold")
     addr = "%s@%s:%s" % (inst.user or "?", inst.host, inst.port or 22)
     text.append(addr, "dim")
     if inst.tags:
@@ -220,7 +224,8 @@ class InstanceScreen(Screen):
             self._update(inst, force)
 
     def _update(self, inst: InstanceState, force: bool) -> None:
-        self.query_one("#inst-header", Static).update(header_text(inst, self.demo, self.read_only))
+        retry_at = getattr(self.app, "retry_at", lambda name: None)(inst.name)  # a failing link's next try
+        self.query_one("#inst-header", Static).update(header_text(inst, self.demo, self.read_only, retry_at))
         active = self.query_one("#inst-tabs", TabbedContent).active
         if force or active == "tab-gpus":
             width = self.size.width or 80

@@ -77,10 +77,14 @@ def pane_strips(
     compact: bool,
     cursor: bool = False,
     selected: bool = False,
+    retry_at: Optional[float] = None,
 ) -> List[Strip]:
-    """The pane as exactly ``height`` strips of ``width`` cells (what the grid paints)."""
+    """The pane as exactly ``height`` strips of ``width`` cells (what the grid paints); ``retry_at``: when
+    a failing link tries again (the pane counts down to it)."""
     base = pal.base
-    lines = pane_lines(inst, pal, width, height, now, compact=compact, cursor=cursor, selected=selected)
+    lines = pane_lines(
+        inst, pal, width, height, now, compact=compact, cursor=cursor, selected=selected, retry_at=retry_at
+    )
     strips = [Strip(line.segments(base)).adjust_cell_length(width, base) for line in lines]
     while len(strips) < height:
         strips.append(Strip.blank(width, base))
@@ -97,15 +101,23 @@ def pane_lines(
     compact: bool,
     cursor: bool = False,
     selected: bool = False,
+    retry_at: Optional[float] = None,
 ) -> List[Line]:
     """The pane's lines (at most ``height``); ``cursor``: the grid's cursor is on it, ``selected``: marked."""
     if compact:
-        return compact_lines(inst, pal, width, now, cursor=cursor, selected=selected)
-    return boxed_lines(inst, pal, width, height, now, cursor=cursor, selected=selected)
+        return compact_lines(inst, pal, width, now, cursor=cursor, selected=selected, retry_at=retry_at)
+    return boxed_lines(inst, pal, width, height, now, cursor=cursor, selected=selected, retry_at=retry_at)
 
 
 def compact_lines(
-    inst: InstanceState, pal: Palette, width: int, now: float, *, cursor: bool = False, selected: bool = False
+    inst: InstanceState,
+    pal: Palette,
+    width: int,
+    now: float,
+    *,
+    cursor: bool = False,
+    selected: bool = False,
+    retry_at: Optional[float] = None,
 ) -> List[Line]:
     """Two lines: head, flags and GPU summary; then the trouble reason, or busiest process │ last log line."""
     w = width - 1
@@ -121,7 +133,7 @@ def compact_lines(
     if rest > 12:
         line1.append_text(gpu_summary(inst, pal, rest))
     line2 = Line("  ")
-    detail = detail_line(inst, pal, now)
+    detail = detail_line(inst, pal, now, retry_at)
     if detail is not None:
         line2.append_text(detail)
     else:
@@ -148,6 +160,7 @@ def boxed_lines(
     *,
     cursor: bool = False,
     selected: bool = False,
+    retry_at: Optional[float] = None,
 ) -> List[Line]:
     """A bordered pane (heavy border under the cursor): title, address/flags or trouble reason, a line per
     GPU, the busiest process, the last log line, blank lines down to ``height``."""
@@ -187,7 +200,7 @@ def boxed_lines(
     extra = notes(inst, now)
     if extra:
         sub.append(" " + ", ".join(extra), pal.warn)
-    detail = detail_line(inst, pal, now)
+    detail = detail_line(inst, pal, now, retry_at)
     if detail is not None:
         sub = detail
     out.append(boxed(sub))
@@ -213,12 +226,26 @@ def boxed_lines(
     return out[:height]
 
 
-def detail_line(inst: InstanceState, pal: Palette, now: Optional[float] = None) -> Optional[Line]:
-    """For trouble states, the reason beats the process/log line; an unreachable host's numbers get their age."""
-    if inst.status in _REASON_FIRST and inst.status_detail:
+def retry_text(retry_at: Optional[float], now: float) -> str:
+    """``retry in 12s`` (counting down), ``retrying…`` once due; empty when no retry is pending."""
+    if retry_at is None:
+        return ""
+    left = retry_at - now
+    return "retry in %s" % format_age(left + 0.999) if left > 0 else "retrying…"
+
+
+def detail_line(
+    inst: InstanceState, pal: Palette, now: Optional[float] = None, retry_at: Optional[float] = None
+) -> Optional[Line]:
+    """For trouble states, the reason beats the process/log line; an unreachable host's numbers get their age,
+    a failing link its countdown to the next attempt."""
+    if (inst.status in _REASON_FIRST or retry_at is not None) and inst.status_detail:
         line = Line(operator_text(inst.status_detail), pal.status.get(inst.status, pal.name))
         if inst.status == UNREACHABLE and inst.last_frame is not None and now is not None:
             line.append(" · last seen %s ago" % format_age(max(0.0, now - inst.last_frame)), pal.dim)
+        retry = retry_text(retry_at, time.time() if now is None else now)
+        if retry:
+            line.append(" · " + retry, pal.dim)
         return line
     if inst.status == CONNECTING:
         return Line(inst.status_detail or "connecting…", pal.dim)
