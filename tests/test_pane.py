@@ -359,3 +359,58 @@ def test_an_idle_instance_says_how_long_in_minutes_not_raw_seconds() -> None:
     assert inst.status == "gpu_idle"
     assert "447s" not in inst.status_detail and "7m 27s" in inst.status_detail
     assert "GPUs idle for 7m 27s" in header_text(inst, demo=False, read_only=False).plain
+
+
+def _luminance(color) -> float:
+    r, g, b = (c / 255 for c in color.get_truecolor())
+    r, g, b = ((c / 12.92) if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in (r, g, b))
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def contrast(fg, bg) -> float:
+    """The WCAG contrast ratio of two rich colours (1: the same, 21: black on white)."""
+    a, b = sorted((_luminance(fg), _luminance(bg)), reverse=True)
+    return (a + 0.05) / (b + 0.05)
+
+
+def theme_palette(theme) -> Palette:
+    """The palette as the grid builds it: the widget's base style carries the theme's fore- and background."""
+    return Palette.from_theme(theme, Style(color=theme.foreground, bgcolor=theme.background))
+
+
+def visible_cells(strips: List[Strip], base: Style):
+    """(text, fg, bg) of every segment that draws something."""
+    for strip in strips:
+        for seg in strip:
+            if seg.text.strip():
+                style = base + (seg.style or Style())
+                fg, bg = style.color, style.bgcolor
+                yield seg.text, (bg if style.reverse else fg), (fg if style.reverse else bg)
+
+
+@pytest.mark.parametrize("theme_name", ["dark", "light", "high-contrast"])
+@pytest.mark.parametrize("compact", [True, False])
+def test_every_theme_keeps_the_cursor_row_and_the_borders_readable(theme_name: str, compact: bool) -> None:
+    from themes import THEMES
+
+    theme = THEMES[theme_name]
+    pal = theme_palette(theme)
+    state, inst, clock = live()
+    for k in range(20):  # a sparkline
+        clock.now += 1
+        state.apply_frame("gpu-box", gpu_frame([40 + k, 50], full=True))
+    background = Style.parse(theme.background).color
+    plain = render(inst, 120, compact, clock.now, pal)
+    under = render(inst, 120, compact, clock.now, pal, cursor=True)
+    # the cursor row is a row: its background is not the grid's
+    cursor_bg = {bg.name for _, _, bg in visible_cells(under[:1], pal.base)} if compact else set()
+    if compact:
+        assert cursor_bg and all(contrast(Style.parse(c).color, background) >= 1.5 for c in cursor_bg), cursor_bg
+    # and what it shows stays readable on it (util, the sparkline, the marker)
+    for text, fg, bg in visible_cells(under, pal.base):
+        assert fg is not None and bg is not None
+        assert contrast(fg, bg) >= 3.0, (theme_name, text, fg.name, bg.name, round(contrast(fg, bg), 2))
+    if not compact:  # a pane's border shows against the background (and the cursor's stronger)
+        edge = style_of(plain, "╰")
+        assert contrast(edge.color, background) >= 2.0, (theme_name, edge.color.name)
+        assert contrast(style_of(under, "┗").color, background) >= 3.0

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from rich.style import Style
+from textual.color import Color
 from textual.theme import Theme
 
 from console.status import THEME_DEFAULTS, THEME_VARS
@@ -49,12 +50,23 @@ class Palette:
         self.warn = style("warning", "#ffaf00")
         self.error = style("error", "#ff5f5f")
         self.demo = style("accent", "#ffaf00", bold=True)
+        fg = color("foreground", "#e4e4e4")
         try:
-            self.cursor = Style(bgcolor=_solid(color("primary-background", "") or color("panel", "#303030")))
+            # the cursor row: a neutral shade between back- and foreground, so that the row shows (also under
+            # high-contrast, where primary-background is near black) and util, sparkline and marker, all in
+            # the primary colour, keep their contrast (light's primary-background is the primary itself)
+            self.cursor = Style(bgcolor=_mix(bg, fg, CURSOR_MIX))
         except Exception:
             self.cursor = Style(reverse=True)
         self.selected = style("accent", "#ffaf00", bold=True)
-        self.border = style("border-blurred", "#585858")
+        # pane borders: the theme's, unless it is lost on the background (dark's generated #171717 on #121212)
+        edge = _solid(color("border-blurred", "#585858"))
+        try:
+            if contrast(edge, bg) < BORDER_CONTRAST:
+                edge = _mix(bg, fg, BORDER_MIX)
+            self.border = Style(color=edge)
+        except Exception:
+            self.border = Style(dim=True)
         self.border_focus = style("primary", "#5fafff", bold=True)
 
     @classmethod
@@ -63,6 +75,30 @@ class Palette:
         then the theme's own variables."""
         variables = {**THEME_DEFAULTS, **theme.to_color_system().generate(), **theme.variables}
         return cls(variables, base if base is not None else Style())
+
+
+CURSOR_MIX = 0.2  # the cursor row's background: this far from the background towards the foreground
+BORDER_MIX = 0.4  # a pane border's colour when the theme's is too faint
+BORDER_CONTRAST = 2.0  # a border at least this far (WCAG ratio) from the background
+
+
+def _mix(a: str, b: str, amount: float) -> str:
+    return Color.parse(_solid(a)).blend(Color.parse(_solid(b)), amount).hex6
+
+
+def _luminance(value: str) -> float:
+    def channel(c: int) -> float:
+        x = c / 255
+        return x / 12.92 if x <= 0.03928 else ((x + 0.055) / 1.055) ** 2.4
+
+    c = Color.parse(_solid(value))
+    return 0.2126 * channel(c.r) + 0.7152 * channel(c.g) + 0.0722 * channel(c.b)
+
+
+def contrast(a: str, b: str) -> float:
+    """The WCAG contrast ratio of two colours (1: the same, 21: black on white)."""
+    hi, lo = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
 
 
 def _solid(value: str) -> str:
