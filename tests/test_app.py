@@ -892,3 +892,21 @@ async def test_an_unreachable_pane_counts_down_to_its_next_retry(tmp_path: Path)
         screen = await open_screen(pilot, app)
         assert screen.instance_name == "down"
         await wait_until(pilot, lambda: countdown() is not None, timeout=20, what="the countdown in the header")
+
+
+async def test_compact_rows_are_columns_with_the_gpu_model(tmp_path: Path) -> None:
+    app = make_app(tmp_path, names=("a", "beta-long-name", "gamma"))
+    async with app.run_test(size=(100, 24)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="live agents")
+        await pilot.pause(0.6)
+        lines = screen_text(app).splitlines()
+        rows = [next(line for line in lines if (" %s " % n) in line) for n in ("a", "beta-long-name", "gamma")]
+        for needle in ("xGPU", "mem", "°"):  # every figure starts in the same column on every row
+            cols = {row.index(needle) for row in rows}
+            assert len(cols) == 1, (needle, rows)
+        badge_cols = {len(row) - len(row[row.index(n) + len(n):].lstrip()) for row, n in
+                      zip(rows, ("a", "beta-long-name", "gamma"))}
+        assert len(badge_cols) == 1, rows  # the badges line up after the longest name
+        assert all("RTX 3090" in row for row in rows)  # the GPU model
+        assert not any("simulated GPUs" in row for row in rows)  # said once, in the header
+        assert "simulated GPUs" in lines[0]

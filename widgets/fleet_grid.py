@@ -90,6 +90,7 @@ class FleetGrid(ScrollView, can_focus=True):
         self.paints = 0
         self.fleet_file = ""  # shown in the empty fleet's hint (the app sets it)
         self.retry_at: Callable[[str], Optional[float]] = lambda name: None  # when a failing link tries again
+        self._cols: pane.Columns = (0, 0, 0)  # compact rows' column widths (name, badge, GPU model)
 
     # -- palette / theme ----------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -163,6 +164,7 @@ class FleetGrid(ScrollView, can_focus=True):
         if self.cursor_name not in self._pos:
             self.cursor_name = self._names[0] if self._names else None
         self.virtual_size = Size(width, y)
+        self._cols = pane.grid_columns(self.state.instances.values(), time.time())
         self._cache.clear()
         self.refresh()
 
@@ -176,6 +178,12 @@ class FleetGrid(ScrollView, can_focus=True):
         if reorder or width != self._laid_width or self.size.height != self._laid_height:
             self.relayout()
             return
+        if self.compact and dirty:
+            cols = pane.grid_columns(self.state.instances.values(), time.time())
+            if cols != self._cols:  # a longer name, badge or model: every row moves its columns
+                self._cols = cols
+                self._cache.clear()
+                self.refresh()
         pending = self._pending
         for name in dirty:
             if name not in self._pos:
@@ -291,6 +299,7 @@ class FleetGrid(ScrollView, can_focus=True):
             name in self.selected,
             int(now) if inst.status == STALE or pane.ages(inst, now) or retry_at is not None else 0,
             retry_at,
+            self._cols if self.compact else None,
         )
         cached = self._cache.get(name)
         if cached is not None and cached[0] == key:
@@ -305,6 +314,7 @@ class FleetGrid(ScrollView, can_focus=True):
             cursor=name == self.cursor_name,
             selected=name in self.selected,
             retry_at=retry_at,
+            cols=self._cols if self.compact else None,
         )
         self._cache[name] = (key, strips)
         self.paints += 1

@@ -10,7 +10,7 @@ per GPU, the busiest process, the last log line).
 from __future__ import annotations
 
 import time
-from typing import Iterable, List, Optional
+from typing import Iterable, List, Optional, Tuple
 
 from textual.strip import Strip
 
@@ -78,12 +78,14 @@ def pane_strips(
     cursor: bool = False,
     selected: bool = False,
     retry_at: Optional[float] = None,
+    cols: Optional[Columns] = None,
 ) -> List[Strip]:
     """The pane as exactly ``height`` strips of ``width`` cells (what the grid paints); ``retry_at``: when
-    a failing link tries again (the pane counts down to it)."""
+    a failing link tries again (the pane counts down to it); ``cols``: the compact rows' column widths."""
     base = pal.base
     lines = pane_lines(
-        inst, pal, width, height, now, compact=compact, cursor=cursor, selected=selected, retry_at=retry_at
+        inst, pal, width, height, now, compact=compact, cursor=cursor, selected=selected, retry_at=retry_at,
+        cols=cols,
     )
     strips = [Strip(line.segments(base)).adjust_cell_length(width, base) for line in lines]
     while len(strips) < height:
@@ -102,10 +104,11 @@ def pane_lines(
     cursor: bool = False,
     selected: bool = False,
     retry_at: Optional[float] = None,
+    cols: Optional[Columns] = None,
 ) -> List[Line]:
     """The pane's lines (at most ``height``); ``cursor``: the grid's cursor is on it, ``selected``: marked."""
     if compact:
-        return compact_lines(inst, pal, width, now, cursor=cursor, selected=selected, retry_at=retry_at)
+        return compact_lines(inst, pal, width, now, cursor=cursor, selected=selected, retry_at=retry_at, cols=cols)
     return boxed_lines(inst, pal, width, height, now, cursor=cursor, selected=selected, retry_at=retry_at)
 
 
@@ -118,20 +121,32 @@ def compact_lines(
     cursor: bool = False,
     selected: bool = False,
     retry_at: Optional[float] = None,
+    cols: Optional[Columns] = None,
 ) -> List[Line]:
-    """Two lines: head, flags and GPU summary; then the trouble reason, or busiest process │ last log line."""
+    """Two lines, the first in columns (as htop's: name, badge, GPU model, ``NxGPU util mem`` and the hottest
+    temperature, flags, util sparkline); then the trouble reason, or busiest process │ last log line.
+    ``cols``: (name, badge, model) widths shared by every row of the grid; None: this pane's own."""
     w = width - 1
-    line1 = _head(inst, pal, now, cursor, selected)
-    flags = inst.flags()
+    name_w, badge_w, model_w = cols or (len(inst.name), len(badge_text(inst, now)), len(gpu_model(inst)))
+    line1 = _head(inst, pal, now, cursor, selected, name_w, badge_w)
+    line1.append(" ")
+    if model_w:
+        line1.append(gpu_model(inst).ljust(model_w) + " ", pal.dim)
+    line1.append_text(gpu_summary(inst, pal, 0))  # (no sparkline here: it comes last)
+    if inst.gpus:
+        line1.append_text(hottest(inst, pal))
+    flags = [f for f in inst.flags() if f != "simulated GPUs"]  # (the header says that once)
     if flags:
         line1.append(" " + ", ".join(flags), pal.warn if inst.lost_gpus else pal.dim)
     extra = notes(inst, now)
     if extra:
         line1.append(" " + ", ".join(extra), pal.warn)
-    line1.append(" ")
-    rest = w - line1.cell_len
-    if rest > 12:
-        line1.append_text(gpu_summary(inst, pal, rest))
+    live = [g for g in inst.gpus.values() if not (g.lost or g.missing)]
+    spark_w = w - line1.cell_len - 1
+    if spark_w >= 4 and live:
+        line1.append(" ")
+        line1.append(sparkline(mean_history(live, spark_w), spark_w),
+                     pal.dim if inst.status in _OLD_NUMBERS else pal.spark)
     line2 = Line("  ")
     detail = detail_line(inst, pal, now, retry_at)
     if detail is not None:
@@ -336,11 +351,55 @@ def proc_brief(rec: Optional[ProcRecord]) -> str:
     return " ".join(parts)
 
 
-def _head(inst: InstanceState, pal: Palette, now: float, cursor: bool, selected: bool) -> Line:
+def _head(
+    inst: InstanceState, pal: Palette, now: float, cursor: bool, selected: bool, name_w: int = 0, badge_w: int = 0
+) -> Line:
     head = Line()
     head.append("▶" if cursor else " ", pal.border_focus if cursor else pal.base)
     head.append("●" if selected else " ", pal.selected)
     head.append(inst.name, pal.name)
-    head.append(" ")
-    head.append(" %s " % badge_text(inst, now), pal.badge.get(inst.status, pal.name))
+    head.append(" " * (1 + max(0, name_w - len(inst.name))))
+    label = badge_text(inst, now)
+    head.append(" %s " % label, pal.badge.get(inst.status, pal.name))
+    if badge_w > len(label):
+        head.append(" " * (badge_w - len(label)))
     return head
+
+
+Columns = Tuple[int, int, int]  # compact rows: name, badge, GPU model widths
+_MODEL_NOISE = ("NVIDIA ", "GeForce ", "Tesla ", "Quadro ")
+MODEL_W = 14  # a GPU model's name is cut to this many characters
+
+
+def gpu_model(inst: InstanceState) -> str:
+    """The instance's GPU model, short (``RTX 3090``, ``H100 80GB HBM3``); ``mixed`` for more than one."""
+    names = {str(g.get("name") or "") for g in inst.gpus.values()} - {""}
+    if not names:
+        return ""
+    if len(names) > 1:
+        return "mixed"
+    name = names.pop()
+    for noise in _MODEL_NOISE:
+        name = name.replace(noise, "")
+    return name.strip()[:MODEL_W]
+
+
+def hottest(inst: InstanceState, pal: Palette) -> Line:
+    """`` 71°``: the hottest live GPU (warn from 85°), dim for a host not heard from; blank when unknown."""
+    temps = [g.sample.get("temp") for g in inst.gpus.values() if not (g.lost or g.missing)]
+    known = [t for t in temps if t is not None]
+    if not known:
+        return Line("     ")
+    top = max(known)
+    style = pal.dim if inst.status in _OLD_NUMBERS else pal.warn if top >= 85 else pal.dim
+    return Line(" %3d°" % top, style)
+
+
+def grid_columns(insts: Iterable[InstanceState], now: float) -> Columns:
+    """The widths every compact row shares: the longest name (to 24), badge and GPU model."""
+    name_w = badge_w = model_w = 0
+    for inst in insts:
+        name_w = max(name_w, len(inst.name))
+        badge_w = max(badge_w, len(badge_text(inst, now)))
+        model_w = max(model_w, len(gpu_model(inst)))
+    return min(name_w, 24), badge_w, model_w
