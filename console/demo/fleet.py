@@ -25,6 +25,7 @@ from typing import Any
 
 import asyncssh
 
+from console.agent.frames import subtree
 from console.demo.scenarios import instance_name, layout, process_env, scenario_for
 from console.demo.server import DemoHost, DemoSshServer, InitClient
 from console.inventory import BenchmarkSpec, Fleet, Instance
@@ -50,7 +51,7 @@ class DemoFleet:
     def scenario_pids(self) -> list[int]:
         """Every live process of every demo instance (the inits and all below them)."""
         live = {h.init.pid for h in self.hosts.values() if h.init.proc is not None and h.init.proc.poll() is None}
-        return sorted(_descendants(live, include_roots=True))
+        return sorted(_descendants(live))
 
     async def take_down(self, name: str) -> None:
         await self.server.take_down(name)
@@ -93,21 +94,10 @@ def _proc_table() -> dict[int, int]:
     return out
 
 
-def _descendants(roots: set[int], include_roots: bool = False) -> set[int]:
+def _descendants(roots: set[int]) -> set[int]:
+    """``roots`` that are alive and every process under them."""
     table = _proc_table()
-    children: dict[int, list[int]] = {}
-    for pid, ppid in table.items():
-        children.setdefault(ppid, []).append(pid)
-    out: set[int] = set()
-    todo = [r for r in roots if r in table]
-    if include_roots:
-        out.update(todo)
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            if child not in out:
-                out.add(child)
-                todo.append(child)
-    return out
+    return subtree(table.items(), (r for r in roots if r in table))
 
 
 def _ancestors() -> set[int]:
