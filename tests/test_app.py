@@ -885,7 +885,9 @@ async def test_an_unreachable_pane_counts_down_to_its_next_retry(tmp_path: Path)
         return int(m.group(1)) if m else None
 
     async with app.run_test(size=(80, 24)) as pilot:
-        first = await wait_until(pilot, lambda: (countdown() or 0) >= 3 and countdown(), timeout=40, what="a retry a few s away")
+        first = await wait_until(
+            pilot, lambda: (countdown() or 0) >= 3 and countdown(), timeout=40, what="a retry a few s away"
+        )
         await pilot.pause(1.3)
         later = countdown()
         assert later is not None and later < first  # it moves
@@ -904,9 +906,28 @@ async def test_compact_rows_are_columns_with_the_gpu_model(tmp_path: Path) -> No
         for needle in ("xGPU", "mem", "°"):  # every figure starts in the same column on every row
             cols = {row.index(needle) for row in rows}
             assert len(cols) == 1, (needle, rows)
-        badge_cols = {len(row) - len(row[row.index(n) + len(n):].lstrip()) for row, n in
-                      zip(rows, ("a", "beta-long-name", "gamma"))}
+        names = ("a", "beta-long-name", "gamma")
+        badge_cols = {len(row) - len(row[row.index(n) + len(n):].lstrip()) for row, n in zip(rows, names, strict=True)}
         assert len(badge_cols) == 1, rows  # the badges line up after the longest name
         assert all("RTX 3090" in row for row in rows)  # the GPU model
         assert not any("simulated GPUs" in row for row in rows)  # said once, in the header
         assert "simulated GPUs" in lines[0]
+
+
+async def test_the_log_skip_marker_has_no_line_number(tmp_path: Path) -> None:
+    app = make_app(tmp_path, names=("alpha",))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="live agent")
+        with (tmp_path / "alpha.log").open("a") as fh:  # a burst: the agent keeps the newest 500 lines
+            fh.write("".join("burst %d\n" % k for k in range(1, 2001)))
+        screen = await open_screen(pilot, app)
+        await pilot.press("3")
+        view = await wait_until(pilot, lambda: screen.active_log(), what="log view")
+        await wait_until(pilot, lambda: any("lines skipped" in c for _, c in view.lines), timeout=10, what="marker")
+        index = next(i for i, (_, c) in enumerate(view.lines) if "lines skipped" in c)
+        view.scroll_to(y=max(0, index - 2), animate=False)
+        await pilot.pause(0.3)
+        row = next(line for line in screen_text(app).splitlines() if "lines skipped" in line)
+        assert row.lstrip().startswith("[..."), row
+        numbered = next(line for line in screen_text(app).splitlines() if "burst 1501" in line)
+        assert numbered.split()[0].isdigit()  # (real lines keep their numbers)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import List, Optional, Tuple
 
 from rich.segment import Segment
@@ -14,6 +15,8 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from console.state import LogRing
+
+SKIP_MARKER = re.compile(r"\[\.\.\. \d+ lines skipped \.\.\.\]$")  # console/agent/logs.py batch_frames
 
 
 class LogView(ScrollView, can_focus=True):
@@ -161,7 +164,7 @@ class LogView(ScrollView, can_focus=True):
             return self._with_badge(y, Strip.blank(width, base), width, base)
         number, content = self.lines[index]
         text = Text(no_wrap=True)
-        if number:
+        if number and not SKIP_MARKER.match(content):  # the agent's "[... N lines skipped ...]" is no line
             text.append("%6d " % number, Style(dim=True))
             text.append(content)
         else:
