@@ -18,6 +18,7 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Set, Tuple, TypedDict, cast
 
 from console.agent.config import STARTUP_GRACE_SECONDS as STARTUP_GRACE  # the diagnosis's grace too
+from console.agent.frames import STATIC_GPU_FIELDS  # the fields a full gpu frame adds, as the agent writes them
 from console.agent.procmatch import matches_program
 from console.agent.protocol import (
     DiagnosisResult,
@@ -61,7 +62,6 @@ FLAP_WINDOW = 600.0  # seconds: reconnects counted in the pane's flap counter
 
 BAD_SEVERITIES = frozenset(("error", "critical"))
 BENCH_DOWN_CODES = frozenset(("benchmark_down", "benchmark_not_running", "not_running", "bench_down"))
-STATIC_GPU_FIELDS = ("name", "uuid", "mem_total", "power_limit")
 
 
 class ProbeView(TypedDict):
@@ -479,7 +479,7 @@ class FleetState:
         now = self.clock()
         if status == "connected" and inst.ever_connected and inst.link_status != "connected":
             inst.reconnects.append(now)
-        if status != inst.link_status:
+        if status != inst.link_status or inst.link_since is None:
             inst.link_since = now
         inst.link_status = status
         inst.link_detail = clean(detail)  # error texts from the host (or its sshd) are host text

@@ -16,7 +16,7 @@ import contextlib
 import hashlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import asyncssh
 
@@ -35,6 +35,7 @@ from console.link.base import (
     StderrTail,
     config_line,
 )
+from console.link.channel import AgentChannel
 from console.link.exec import exec_command, failure_reason
 from console.link.hostkeys import HostKeyClient, HostKeyOffer, append_known_host, fingerprint
 
@@ -47,22 +48,17 @@ def journal_key(name: str) -> str:
 
 
 class _SshSession:
-    def __init__(self, conn: asyncssh.SSHClientConnection, process: asyncssh.SSHClientProcess[bytes],
-                 link: SshLink) -> None:
-        self.conn, self.process, self.link = conn, process, link
-        self.stderr = StderrTail()
-        self._stderr_task = asyncio.create_task(self._pump_stderr())
+    """The agent's channel (``channel.AgentChannel``: lines with flow control) on its connection."""
 
-    async def _pump_stderr(self) -> None:
-        with contextlib.suppress(Exception):
-            while chunk := await self.process.stderr.read(4096):
-                self.stderr.add(chunk)
+    def __init__(self, conn: asyncssh.SSHClientConnection, channel: AgentChannel, stderr: StderrTail,
+                 link: SshLink) -> None:
+        self.conn, self.channel, self.stderr, self.link = conn, channel, stderr, link
 
     async def readline(self) -> bytes:
-        return await self.process.stdout.readline()
+        return await self.channel.readline()
 
     def write(self, data: bytes) -> None:
-        self.process.stdin.write(data)
+        self.channel.write(data)
 
     def stderr_tail(self) -> str:
         tail = self.stderr.text()
@@ -71,8 +67,7 @@ class _SshSession:
         return tail
 
     async def close(self) -> None:
-        self._stderr_task.cancel()
-        self.process.close()
+        self.channel.close()
         self.conn.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.conn.wait_closed(), 5)
@@ -229,8 +224,10 @@ class SshLink(AgentLink):
             await self._ensure_agent(conn, probe.agent_present)
             bundle = agent_bundle()
             command = remote.start_command(self.instance.python, bundle.remote_name, bundle.sha256, self.agent_args())
-            process = await conn.create_process(command, encoding=None)
-            process.stdin.write(config_line(self.instance.agent_config()))
+            stderr = StderrTail()
+            _, session = await conn.create_session(lambda: AgentChannel(stderr.add), command, encoding=None)
+            channel = cast(AgentChannel, session)
+            channel.write(config_line(self.instance.agent_config()))
         except SessionFailed:
             conn.close()
             raise
@@ -238,7 +235,7 @@ class SshLink(AgentLink):
             conn.close()
             raise SessionFailed("agent_failed", f"could not start the agent: {exc}") from None
         self._conn = conn
-        return _SshSession(conn, process, self)
+        return _SshSession(conn, channel, stderr, self)
 
     async def _close_session(self) -> None:
         await super()._close_session()
