@@ -361,15 +361,23 @@ def test_cuda_holder_preferred_over_an_nvml_only_one(nvml_in_process, gpu_dev, r
 
 
 def test_new_gpu_process_found_after_the_first_scan(nvml_in_process, gpu_dev, real):
+    """A GPU process starting later (NVML lists it once it holds the device) is found: the entries to explain
+    changed, so every candidate is read again, processes already scanned included."""
     sampler = GpuSampler(real)
-    nvml_in_process.write(state([device(0, processes=[{"pid": HOST_PIDS[0], "mem_mib": 10}])]))
-    assert sampler.sample()["devices"][0]["procs"] == [{"pid": None, "mem": 10 * MIB, "nvml_pid": HOST_PIDS[0]}]
-    late = nvml.hold_devices(gpu_dev, [0], ["sleep", "60"])  # a process appears and opens the GPU
+    other = [{"pid": HOST_PIDS[1], "mem_mib": 50}]  # another container's process on GPU 1: no holder here
+    nvml_in_process.write(state([device(0), device(1, processes=other)]))
+    first = sampler.sample()
+    assert first["devices"][1]["procs"] == [{"pid": None, "mem": 50 * MIB, "nvml_pid": HOST_PIDS[1]}]
+    scans = sampler.mapper.scans
+    assert sampler.sample() and sampler.mapper.scans == scans  # nothing changed: no fd is read again
+    late = nvml.hold_devices(gpu_dev, [0], ["sleep", "60"])  # a process appears and opens GPU 0
     try:
-        deadline = time.monotonic() + 10
-        while sampler.memory_by_pid().get(late.pid) != 10 * MIB and time.monotonic() < deadline:
-            sampler.sample()
-            time.sleep(0.05)
+        time.sleep(0.2)
+        nvml_in_process.write(
+            state([device(0, processes=[{"pid": HOST_PIDS[0], "mem_mib": 10}]), device(1, processes=other)])
+        )
+        frame = sampler.sample()
+        assert frame["devices"][0]["procs"] == [{"pid": late.pid, "mem": 10 * MIB, "nvml_pid": HOST_PIDS[0]}]
         assert sampler.memory_by_pid() == {late.pid: 10 * MIB}
     finally:
         late.kill()

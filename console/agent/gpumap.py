@@ -10,9 +10,9 @@ as one group entry (``pid`` null, ``group`` the holders' pids, shown with "≈")
 (this agent, nvidia-smi, nvtop) hold /dev/nvidiaN without it.
 
 Cost: an NVML pid's fds are read when it is first listed and again every ``RECHECK`` s. The holders are looked
-for only while some entry does not check out: ``/proc`` is listed when ``/proc/loadavg`` says a task came or
-went, new pids' fds are read once (kernel threads skipped), and every candidate again only when the set of
-entries to explain changes, or every ``RESCAN`` s while there are some.
+for only while some entry does not check out: every candidate's fds (kernel threads and zombies skipped) when
+NVML's entries change (a GPU process came or went), and new pids' every ``RESCAN`` s; between those a sample
+only checks that the holders found are still there.
 """
 
 from __future__ import annotations
@@ -135,8 +135,8 @@ class PidMapper:
         self._checked: Dict[int, Tuple[float, Held]] = {}  # NVML pid -> (when read, what it holds)
         self._held: Dict[int, FrozenSet[int]] = {}  # local pid -> what it holds (candidates only)
         self._skip: Set[int] = set()  # kernel threads, zombies, unreadable: not candidates
-        self._sig: Optional[bytes] = None
-        self._unexplained: FrozenSet[Tuple[int, int]] = frozenset()
+        self._holding: Dict[int, FrozenSet[int]] = {}  # the last scan's holders
+        self._entries: FrozenSet[Tuple[int, int]] = frozenset()  # NVML's entries at the last holder scan
         self._next_rescan = 0.0
         self.scans = 0  # fd reads of candidates (tests and benchmarks)
 
@@ -159,6 +159,7 @@ class PidMapper:
         listed: Set[int] = set()
         trusted: List[Set[int]] = []
         unexplained: Set[Tuple[int, int]] = set()
+        seen: Set[Tuple[int, int]] = set()  # every (device, NVML pid): a change means a GPU process came or went
         for index, (minor, entries) in enumerate(devices):
             ok: Set[int] = set()
             for e in entries:
@@ -166,6 +167,7 @@ class PidMapper:
                 if pid is None:
                     continue
                 listed.add(pid)
+                seen.add((index, pid))
                 if pid == self._own:
                     continue
                 held = self._check(pid, now)
@@ -178,9 +180,8 @@ class PidMapper:
         for pid in [p for p in self._checked if p not in listed]:
             del self._checked[pid]
         if not unexplained:
-            self._unexplained = frozenset()
             return [entries for _minor, entries in devices]
-        held_by = self._holders(now, frozenset(unexplained))
+        held_by = self._holders(now, frozenset(seen))
         out = []
         for (minor, entries), ok in zip(devices, trusted):
             mapped, via_fds = attribute(entries, ok, compute_holders(held_by, minor))
@@ -188,31 +189,30 @@ class PidMapper:
             out.append(mapped)
         return out
 
-    def _holders(self, now: float, unexplained: FrozenSet[Tuple[int, int]]) -> Dict[int, FrozenSet[int]]:
-        """Local pids holding some /dev/nvidia device: new pids read once, all again when the entries to explain
-        changed or every RESCAN s."""
-        full = unexplained != self._unexplained or now >= self._next_rescan
-        self._unexplained = unexplained
-        sig = _task_signature(self.proc)
-        if full or sig is None or sig != self._sig:
-            self._sig = sig
-            try:
-                live = {int(n) for n in os.listdir(self.proc) if n.isdigit()}
-            except OSError:
-                live = set()
-            self._skip &= live
-            for pid in [p for p in self._held if p not in live]:
-                del self._held[pid]
-            todo = [p for p in live if p not in self._skip and (full or p not in self._held)]
-        else:
-            todo = []
-        if full:
-            self._next_rescan = now + RESCAN
-        for pid in todo:
-            if pid == self._own:
-                self._skip.add(pid)
+    def _holders(self, now: float, entries: FrozenSet[Tuple[int, int]]) -> Dict[int, FrozenSet[int]]:
+        """Local pids holding some /dev/nvidia device. Every candidate is read again when NVML's entries changed
+        (a GPU process came or went: NVML lists a process once it holds the device); every ``RESCAN`` s otherwise,
+        new pids only. Between those, the cached holders that are still there."""
+        changed = entries != self._entries
+        self._entries = entries
+        if not changed and now < self._next_rescan:
+            gone = [pid for pid in self._holding if not os.path.exists("%s/%d" % (self.proc, pid))]
+            for pid in gone:  # a holder that went away (nvidia-smi) is nobody's pid any more
+                del self._holding[pid]
+                self._held.pop(pid, None)
+            return self._holding
+        self._next_rescan = now + RESCAN
+        try:
+            live = {int(n) for n in os.listdir(self.proc) if n.isdigit()}
+        except OSError:
+            live = set()
+        self._skip &= live
+        for pid in [p for p in self._held if p not in live]:
+            del self._held[pid]
+        for pid in live:
+            if pid in self._skip or (not changed and pid in self._held):
                 continue
-            if pid not in self._held and not self._candidate(pid):
+            if pid == self._own or (pid not in self._held and not self._candidate(pid)):
                 self._skip.add(pid)
                 continue
             held = held_devices(pid, self.prefix, self.proc)
@@ -221,7 +221,8 @@ class PidMapper:
                 self._skip.add(pid)  # not ours to read: never a holder we can name
                 continue
             self._held[pid] = held
-        return {pid: held for pid, held in self._held.items() if held}
+        self._holding = {pid: held for pid, held in self._held.items() if held}
+        return self._holding
 
     def _candidate(self, pid: int) -> bool:
         """A process that could use a GPU: not a kernel thread, not a zombie."""
@@ -232,14 +233,3 @@ class PidMapper:
             return False
         return st is not None and not (st[3] & PF_KTHREAD) and st[1] not in ("Z", "X")
 
-
-def _task_signature(proc: str) -> Optional[bytes]:
-    """``nr_threads last_pid`` of ``proc``/loadavg (unchanged: no task came or went; see procs.task_signature)."""
-    try:
-        with open(proc + "/loadavg", "rb") as f:
-            parts = f.read(128).split()
-    except OSError:
-        return None
-    if len(parts) < 5 or b"/" not in parts[3]:
-        return None
-    return parts[3].partition(b"/")[2] + b" " + parts[4]
