@@ -91,6 +91,8 @@ class FleetApp(App):
         Binding("t", "cycle_theme", "Theme"),
         Binding("R", "reload", "Reload"),
         Binding("e", "timeline", "Events"),
+        Binding("s", "shell", "Shell", show=False),  # ssh into the instance (read-only too: audited)
+        Binding("y", "copy", "Copy", show=False),  # ssh command, log line or evidence line (OSC 52)
         Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
         Binding("escape", "clear", "Clear", show=False),
     ]
@@ -553,6 +555,23 @@ class FleetApp(App):
             self.open_instance(name, tab="tab-probes")
         else:  # (another screen is up: do not pull the operator away from it)
             self.notify("%s: probe %s done (its output is on the Probes tab, 5)" % (name, probe), timeout=6)
+
+    def action_shell(self) -> None:
+        """``s``: suspend the console, ``ssh`` into the instance with its settings, come back (console/shell.py)."""
+        from console.shell import open_shell, shell_target
+
+        self.run_worker(open_shell(self, shell_target(self)), group="shell", exclusive=True)
+
+    def action_copy(self) -> None:
+        """``y``: copy (OSC 52) the ssh command, the log line or the evidence line in view (console/shell.py)."""
+        from console.shell import copy_text
+
+        text, what = copy_text(self)
+        if not text:
+            self.notify("nothing to copy%s" % (": " + what if what else ""), severity="warning", timeout=3)
+            return
+        self.copy_to_clipboard(text)
+        self.notify("copied %s" % what, timeout=2)
 
     async def action_quit(self) -> None:
         await self.stop_controller()

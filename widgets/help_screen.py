@@ -22,6 +22,11 @@ HELP = """\
   p             probes menu (pick by key or from the list)
   t             next theme: dark, light, high-contrast (remembered)
   e             event timeline: transitions, verdicts, restarts, probes
+  s             ssh into the instance (the console's settings; audited)
+  y             copy: ssh command; on a screen, the log or evidence line
+  v             grid / table view (remembered)
+  o / O         table: next sort column / reverse; S keeps rows in place
+  :             command: open, diagnose, restart, probe, sort, theme
   ctrl+p        command palette
   ?             this help
   q, ctrl+q     quit (ctrl+q from any screen)

@@ -1,0 +1,227 @@
+"""Shell into an instance (``s``): the system ``ssh`` with the console's own settings for that instance.
+
+Why a separate module: the argv is built by a pure function (``ssh_argv``), tested without a terminal, and
+always an argv list handed to ``exec`` (never a shell string): a host name from a vast.ai import or a key path
+with spaces cannot become shell text or an ssh option. ``run_suspended`` runs it with the app suspended
+(Textual's ``App.suspend``) while the event loop keeps the links alive, and returns to the console as it was.
+
+What is carried from the instance record, as the console's own link uses it (``console/link/auth.py``):
+user and port (left to ``~/.ssh/config`` for an ``ssh_config`` alias unless the fleet file sets them), the
+key (``-i``), the known_hosts file with ``StrictHostKeyChecking=yes`` (the console never trusts a new key
+from here), the jump hosts (``-J``), the connect timeout and keepalive. ``--`` ends the options, so even a
+hostile destination is only ever a destination.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+from typing import Any, Iterator, List, Optional, Sequence
+
+SSH = "ssh"
+
+
+class ShellError(ValueError):
+    """The instance cannot be shelled into as configured (the message says why)."""
+
+
+def _check_word(what: str, value: str) -> str:
+    """A host, user or jump hop: no leading ``-`` (an ssh option), no whitespace or control characters."""
+    if not value:
+        raise ShellError("%s is empty" % what)
+    if value.startswith("-"):
+        raise ShellError("%s %r starts with '-' (would read as an ssh option)" % (what, value))
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ShellError("%s %r holds whitespace or control characters" % (what, value))
+    return value
+
+
+def _option_path(what: str, path: str) -> str:
+    """A file path as an ``-o``/``-i`` value: ``~`` expanded here, ``%`` escaped (ssh expands ``%`` tokens in
+    IdentityFile and UserKnownHostsFile), quoted when it holds spaces (ssh splits those values on them)."""
+    path = os.path.expanduser(path)
+    if any(ord(c) < 32 or ord(c) == 127 for c in path) or '"' in path:
+        raise ShellError("%s %r holds a quote or control characters" % (what, path))
+    path = path.replace("%", "%%")
+    return '"%s"' % path if any(c.isspace() for c in path) else path
+
+
+def _seconds(value: float) -> str:
+    return str(max(1, round(value)))
+
+
+def ssh_argv(inst: Any, ssh: str = SSH, command: Sequence[str] = ()) -> List[str]:
+    """The ``ssh`` argv that logs in to ``inst`` (an ``inventory.Instance``) as the console does.
+
+    A ``transport = "local"`` instance runs on this machine: its "shell" is the user's ``$SHELL``.
+    Raises ``ShellError`` for a value ssh would misread.
+    """
+    if getattr(inst, "transport", "ssh") == "local":
+        return [os.environ.get("SHELL") or "/bin/sh", *command]
+    alias = getattr(inst, "ssh_config", None)
+    port = int(getattr(inst, "port", 22) or 22)
+    user = getattr(inst, "user", None) or None
+    argv = [ssh]
+    if alias:  # as the link does: the config decides what the fleet file leaves at its default
+        dest = _check_word("ssh_config alias", alias)
+        if user == "root":
+            user = None
+        if port == 22:
+            port = 0
+    else:
+        dest = _check_word("host", str(getattr(inst, "host", "") or ""))
+    if user:
+        argv += ["-l", _check_word("user", user)]
+    if port:
+        argv += ["-p", str(port)]
+    key = getattr(inst, "key", None)
+    if key:
+        argv += ["-i", _option_path("key", key)]
+    known = getattr(inst, "known_hosts", None)
+    if known:
+        argv += ["-o", "UserKnownHostsFile=%s" % _option_path("known_hosts", known)]
+    argv += ["-o", "StrictHostKeyChecking=yes"]  # as the link: an unknown or changed key is refused
+    jump = [_check_word("jump host", hop) for hop in getattr(inst, "jump", ()) or ()]
+    if jump:
+        argv += ["-J", ",".join(jump)]
+    timeout = getattr(inst, "connect_timeout", None)
+    if timeout:
+        argv += ["-o", "ConnectTimeout=%s" % _seconds(timeout)]
+    keepalive = getattr(inst, "keepalive", None)
+    if keepalive is not None:
+        argv += ["-o", "ServerAliveInterval=%d" % max(0, int(keepalive))]
+    if command:
+        argv += ["--", dest, *command]
+    else:
+        argv += ["-t", "--", dest]
+    return argv
+
+
+def command_line(argv: Sequence[str]) -> str:
+    """The argv as one line an operator can paste into a shell (``y`` copies it)."""
+    return shlex.join(list(argv))
+
+
+@contextlib.contextmanager
+def _console_keeps_running() -> Iterator[None]:
+    """While the shell has the terminal, Ctrl-C / Ctrl-\\ / Ctrl-Z go to the shell, not the console.
+
+    The handlers are Python functions (not SIG_IGN), so the child's exec resets them to their defaults.
+    """
+    saved = {}
+    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP):
+        with contextlib.suppress(ValueError, OSError):  # (not the main thread: leave them)
+            saved[sig] = signal.signal(sig, lambda *_: None)
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(sig, handler)
+
+
+async def run_suspended(app: Any, argv: Sequence[str]) -> Optional[int]:
+    """Run ``argv`` on the terminal with ``app`` suspended; its exit status (None: it could not start).
+
+    The event loop keeps running meanwhile (links, state, timers); nothing is drawn until the app resumes
+    (``batch_update``), which repaints the screen as it was.
+    """
+    import asyncio
+
+    with app.batch_update(), app.suspend(), _console_keeps_running():
+        try:
+            proc = await asyncio.create_subprocess_exec(*argv)
+        except OSError:
+            return None
+        return await proc.wait()
+
+
+def shell_target(app: Any) -> Optional[str]:
+    """The instance ``s`` and ``y`` act on: the instance screen's, else the cursor's (grid or table)."""
+    name = getattr(app.screen, "instance_name", None)
+    if name:
+        return str(name)
+    return getattr(app.grid, "cursor_name", None)  # (the table view keeps the grid's cursor in step)
+
+
+async def open_shell(app: Any, name: Optional[str]) -> Optional[int]:
+    """``s``: audit, suspend, ``ssh``, resume; says how it ended. Works in ``--read-only`` too (the operator's
+    own shell) but is always audited; in read-only mode an audit log that cannot be written refuses it."""
+    state = app.state.instances.get(name) if name else None
+    if state is None:
+        app.notify("no instance to shell into", severity="warning")
+        return None
+    try:
+        argv = ssh_argv(state.instance)
+    except ShellError as exc:
+        app.notify("%s: no shell: %s" % (name, exc), severity="error", timeout=8)
+        return None
+    audit = getattr(app.controller, "audit", None)
+    host = str(getattr(state.instance, "host", "") or "")
+    note = "read-only console" if app.read_only else None
+    if audit is not None:
+        try:
+            audit.record(name, host, "shell", "started", {"argv": argv}, origin="tui", note=note)
+        except OSError as exc:
+            if app.read_only:
+                app.notify("%s: shell refused: cannot write the audit log: %s" % (name, exc), severity="error")
+                return None
+            app.notify("audit log not written: %s" % exc, severity="warning")
+    rc = await run_suspended(app, argv)
+    if audit is not None:
+        with contextlib.suppress(OSError):
+            audit.record(name, host, "shell", "ended" if rc is not None else "failed", {"returncode": rc},
+                         origin="tui", note=note)
+    if rc is None:
+        app.notify("%s: could not run %s" % (name, argv[0]), severity="error", timeout=8)
+    elif rc == 255 and argv[0] == SSH:
+        app.notify("%s: ssh failed (exit 255): %s" % (name, command_line(argv)), severity="error", timeout=10)
+    else:
+        app.notify("%s: shell closed (exit %d)" % (name, rc), timeout=3)
+    return rc
+
+
+def evidence_line(diagnosis: Any) -> str:
+    """The verdict's first evidence line as ``path:line: text`` ("" when there is none)."""
+    for finding in (diagnosis or {}).get("findings") or ():
+        for ev in finding.get("evidence") or ():
+            where = str(ev.get("path") or "")
+            if ev.get("line") is not None:
+                where += ":%s" % ev["line"]
+            return ("%s: %s" % (where, ev.get("text") or "")).strip()
+    return ""
+
+
+def copy_text(app: Any) -> tuple[str, str]:
+    """What ``y`` copies, and what to call it: on the Logs tab the current match (else the last line in view),
+    on the Diagnosis tab the first evidence line, else the ssh command line of the instance."""
+    screen = app.screen
+    name = shell_target(app)
+    state = app.state.instances.get(name) if name else None
+    tab = ""
+    with contextlib.suppress(Exception):
+        tab = screen.query_one("#inst-tabs").active
+    if tab == "tab-logs":
+        view = screen.active_log()
+        if view is not None and view.lines:
+            index = view.match_line
+            if index is None:
+                bottom = int(view.scroll_offset.y) + max(1, view.size.height) - 1
+                index = min(len(view.lines) - 1, bottom)
+            return view.lines[index][1], "log line %d" % view.lines[index][0]
+    if tab == "tab-diag" and state is not None:
+        line = evidence_line(state.diagnosis)
+        if line:
+            return line, "evidence line"
+    if state is None:
+        return "", ""
+    try:
+        return command_line(ssh_argv(state.instance)), "ssh command"
+    except ShellError as exc:
+        return "", str(exc)
+
+
+__all__ = ["SSH", "ShellError", "command_line", "copy_text", "evidence_line", "open_shell", "run_suspended",
+           "shell_target", "ssh_argv"]
