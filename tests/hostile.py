@@ -12,7 +12,8 @@ from pathlib import Path
 
 _SCRIPT = '''#!{python}
 import os, sys
-if (len(sys.argv) > 2 and sys.argv[1] == "-c" and "fleet_agent.main" in sys.argv[2]) or any(a.endswith(".pyz") for a in sys.argv[1:2]):
+starts_agent = len(sys.argv) > 2 and sys.argv[1] == "-c" and "fleet_agent.main" in sys.argv[2]
+if starts_agent or sys.argv[1:2] and sys.argv[1].endswith(".pyz"):  # ours, or a zipapp run by path
     import json, time, threading
     def send(obj):
         sys.stdout.write(obj if isinstance(obj, str) else json.dumps(obj))
