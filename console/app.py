@@ -31,6 +31,7 @@ from themes import DEFAULT_THEME, TCSS_PATH, THEMES, next_theme, picked_theme, r
 from widgets.confirm_screen import ConfirmScreen
 from widgets.filter_bar import FilterBar
 from widgets.fleet_grid import FleetGrid
+from widgets.fleet_table import FleetTable, table_from_settings, toggle_view
 from widgets.help_screen import HelpScreen
 from widgets.instance_screen import InstanceScreen
 from widgets.messages import OpenInstance, SelectionChanged
@@ -93,6 +94,7 @@ class FleetApp(App):
         Binding("e", "timeline", "Events"),
         Binding("s", "shell", "Shell", show=False),  # ssh into the instance (read-only too: audited)
         Binding("y", "copy", "Copy", show=False),  # ssh command, log line or evidence line (OSC 52)
+        Binding("v", "toggle_view", "View", show=False),  # grid / table (remembered)
         Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
         Binding("escape", "clear", "Clear", show=False),
     ]
@@ -151,16 +153,22 @@ class FleetApp(App):
         grid.fleet_file = str(getattr(getattr(self.controller, "fleet", None), "source", "") or "")
         grid.retry_at = self.retry_at
         yield grid
+        yield table_from_settings(self.state, grid)  # v: the table view (widgets/fleet_table.py)
         yield Footer()
 
     @property
     def grid(self) -> FleetGrid:
         return self.screen_stack[0].query_one(FleetGrid)
 
+    def fleet_view(self) -> Any:
+        """The fleet view shown: the grid, or the table (``v``)."""
+        table = self.screen_stack[0].query_one(FleetTable)
+        return table if table.display else self.grid
+
     async def on_mount(self) -> None:
         if self._theme_warning:
             self.notify(self._theme_warning, severity="warning")
-        self.query_one(FleetGrid).focus()
+        self.fleet_view().focus()
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         self.set_interval(FRAME_INTERVAL, self.paint_frame)
         # Once the screens are built, move the long-lived objects out of the collector's way: full
@@ -321,7 +329,7 @@ class FleetApp(App):
             if not event.value:
                 event.input.remove_class("-shown")
             self.grid.set_query(event.value)
-            self.grid.focus()
+            self.fleet_view().focus()
             self.update_header()
 
     # -- actions -------------------------------------------------------------------------------------
@@ -561,6 +569,11 @@ class FleetApp(App):
         from console.shell import open_shell, shell_target
 
         self.run_worker(open_shell(self, shell_target(self)), group="shell", exclusive=True)
+
+    def action_toggle_view(self) -> None:
+        """``v``: grid / table (widgets/fleet_table.py), remembered in settings.json."""
+        if len(self.screen_stack) == 1:
+            toggle_view(self.screen_stack[0].query_one(FleetTable), self.grid)
 
     def action_copy(self) -> None:
         """``y``: copy (OSC 52) the ssh command, the log line or the evidence line in view (console/shell.py)."""
