@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint bench incidents sshd-deps clean install
+.PHONY: demo test lint bench bench-scale incidents sshd-deps clean install
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,11 @@ incidents: $(STAMP) sshd-deps
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py
+
+## The console against HOSTS SSH instances replayed by one local process (bench/scale.py), driven by keys.
+HOSTS ?= 100,500,1000
+bench-scale: $(STAMP)
+	$(PY) bench/scale.py --hosts $(HOSTS)
 
 ## Put `fleet-console` on PATH: the venv's entry point, linked into $(PREFIX)/bin (default ~/.local/bin).
 PREFIX ?= $(HOME)/.local

@@ -1,0 +1,544 @@
+"""Scale benchmark: the console against N SSH instances served by one replay host, driven by real keys.
+
+Why a replay host: a thousand real agents do not fit on one box, but the console's cost is in what it
+receives (SSH packets, JSON lines, state updates, paints), not in who produced them.  So:
+
+1. **Record** (once per run, ``--record-seconds``, default 30): the real agent (``python -m console.agent``)
+   runs here with 8 simulated GPUs (``gpu.simulate``, ``console/agent/nvml_sim.py``) over a small workload
+   (a log that grows, short-lived child processes: churn in the process table); its stdout lines are kept.
+2. **Replay host** (``scale.py serve``, a separate process): ONE asyncssh process listening on N ports of
+   127.0.0.1.  It answers the link's probe ("python 3.x, agent present"), and for the agent's start command
+   replays the recording in a loop with fresh ``ts`` (log line numbers carried on, the hello/backlog/full
+   process table only on the first pass); requests get minimal answers (``ping`` as the agent, anything else
+   ``ok: false``).  One timer (20 Hz) writes every session's due frames.
+3. **Console**: ``FleetApp`` on a real ``FleetController`` and a fleet.toml of N instances, in this process,
+   headless (``App.run_test``), keys sent through the driver as a terminal would.  Key latency is from the
+   key event to the first refresh after its effect (the cursor moved / the screen changed).
+
+One line per figure: time until all N hosts' GPUs are in the fleet state (what the header counts), steady
+console CPU (% of one core, over ``--steady`` s once all are in), the replay host's CPU over the same window,
+console RSS, down-arrow latency p50/max, open an instance / back, and ``fleet-console status --json`` wall time.
+
+    .venv/bin/python bench/scale.py --hosts 100,500,1000 [--record-seconds 30] [--recording FILE] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+GPUS = 8
+TICK = 0.05  # seconds between the replay host's writes
+LOOP_GAP = 1.0  # seconds between the recording's last frame and its next pass
+
+# -- 1. the recording ----------------------------------------------------------------------------------------
+
+_WORKLOAD = r'''
+import os, subprocess, sys, time
+log = open(sys.argv[1], "a", buffering=1)
+kids, step, t0 = [], 0, time.time()
+for _ in range(3):
+    kids.append(subprocess.Popen(["sleep", "3600"]))
+while True:
+    step += 1
+    log.write("step %d loss %.4f throughput %.1f samples/s elapsed %.1fs\n"
+              % (step, 2.0 / step ** 0.3, 380 + (step % 17), time.time() - t0))
+    if step % 3 == 0:
+        kids.append(subprocess.Popen(["sleep", "2"]))  # churn: a worker that comes and goes
+    kids = [k for k in kids if k.poll() is None]
+    time.sleep(0.3)
+'''
+
+
+def agent_config(workload_pid: int, log: str) -> dict[str, Any]:
+    gpus = [{"load": 92, "mem_used_mib": 61000, "processes": [{"pid": workload_pid, "mem_mib": 60000}]}
+            for _ in range(GPUS)]
+    return {
+        "gpu": {"simulate": {"gpus": GPUS, "name": "NVIDIA H100 80GB HBM3", "mem_total_mib": 81559,
+                             "power_limit_w": 700, "driver": "550.54.15", "uuid_seed": "scale-bench",
+                             "jitter": True, "state": {"gpus": gpus}}},
+        "logs": [log],
+        "watch_dirs": [],
+        "proc_root": workload_pid,
+    }
+
+
+def record(seconds: float, out: Path) -> list[dict[str, Any]]:
+    """Run the real agent here for ``seconds`` on simulated GPUs and a busy workload; its frames, in order,
+    each with ``t`` (seconds after the first) added.  Written to ``out`` as JSON lines."""
+    work = Path(tempfile.mkdtemp(prefix="fleet-scale-rec-"))
+    log = work / "train.log"
+    workload = subprocess.Popen([sys.executable, "-c", _WORKLOAD, str(log)], start_new_session=True)
+    try:
+        cfg = work / "agent.json"
+        cfg.write_text(json.dumps(agent_config(workload.pid, str(log))))
+        proc = subprocess.run(
+            [sys.executable, "-m", "console.agent", "--config-file", str(cfg), "--no-stdin",
+             "--max-seconds", str(seconds)],
+            cwd=str(ROOT), capture_output=True, timeout=seconds + 60, check=False)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(workload.pid, signal.SIGKILL)
+        workload.wait()
+        shutil.rmtree(work, ignore_errors=True)
+    frames = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith(b"{")]
+    if not frames or frames[0].get("type") != "hello":
+        raise RuntimeError(f"the agent recorded nothing usable: {proc.stderr.decode()[-500:]}")
+    t0 = frames[0]["ts"]
+    for f in frames:
+        f["t"] = round(f["ts"] - t0, 3)
+    out.write_text("".join(json.dumps(f) + "\n" for f in frames))
+    return frames
+
+
+def load_recording(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# -- 2. the replay host --------------------------------------------------------------------------------------
+
+class Replay:
+    """The recording turned into cheap writes: every frame's JSON split around its ``ts``."""
+
+    def __init__(self, frames: list[dict[str, Any]]) -> None:
+        self.times: list[float] = []
+        self.parts: list[tuple[bytes, bytes] | dict[str, Any]] = []  # (before ts, after ts), or a log frame
+        self.first_only: list[bool] = []
+        span = 0
+        for f in frames:
+            f = {k: v for k, v in f.items() if k != "t"}
+            kind = f.get("type")
+            first = kind == "hello" or bool(f.get("backlog")) or (kind == "procs" and f.get("full"))
+            if kind == "log":
+                n = (f.get("first_line") or 1) + len(f.get("lines") or ())
+                span = max(span, n)
+                self.parts.append(f)
+            else:
+                f["ts"] = "@@TS@@"
+                before, after = json.dumps(f).encode().split(b'"@@TS@@"')
+                self.parts.append((before, after))
+            self.first_only.append(first)
+        self.times = [f["t"] for f in frames]
+        self.duration = self.times[-1] + LOOP_GAP
+        self.log_span = span
+
+    def line(self, i: int, now: float, loop: int) -> bytes:
+        part = self.parts[i]
+        if isinstance(part, tuple):
+            return part[0] + b"%.3f" % now + part[1] + b"\n"
+        f = dict(part, ts=round(now, 3))
+        if loop and f.get("first_line") is not None and f.get("event") is None:
+            f["first_line"] = f["first_line"] + loop * self.log_span
+        return json.dumps(f).encode() + b"\n"
+
+
+class _Session:
+    def __init__(self, process: Any, t0: float) -> None:
+        self.process, self.t0, self.i, self.loop = process, t0, 0, 0
+
+
+class ReplayHost:
+    """N asyncssh listeners in one process; every agent session replays the recording."""
+
+    def __init__(self, replay: Replay, host_key: Any, client_public: bytes) -> None:
+        import asyncssh
+
+        self.asyncssh = asyncssh
+        self.replay = replay
+        self.host_key = host_key
+        self.authorized = asyncssh.import_authorized_keys(client_public.decode())
+        self.listeners: list[Any] = []
+        self.sessions: set[_Session] = set()
+        self._ticker: asyncio.Task[None] | None = None
+
+    async def listen(self, count: int) -> list[int]:
+        ports = []
+        for i in range(count):
+            name = "replay-%04d" % i
+            acceptor = await self.asyncssh.listen(
+                host="127.0.0.1", port=0, reuse_address=True, server_host_keys=[self.host_key],
+                authorized_client_keys=self.authorized, encoding=None, allow_pty=False,
+                agent_forwarding=False, x11_forwarding=False, allow_scp=False, sftp_factory=None,
+                keepalive_interval=0, login_timeout=120,
+                process_factory=lambda process, name=name: self._session(name, process))
+            self.listeners.append(acceptor)
+            ports.append(acceptor.get_port())
+        self._ticker = asyncio.create_task(self._tick())
+        return ports
+
+    async def _session(self, name: str, process: Any) -> None:
+        command = process.command or ""
+        try:
+            if "fleet-console-agentless" in command:  # the link's probe
+                process.stdout.write(f"@@fleet python 3.11.2\n@@fleet agent present\n@@fleet host {name}\n".encode())
+                process.exit(0)
+            elif "fleet_agent.main" in command:
+                await self._agent(process)
+            elif "uploaded" in command:  # not asked (the probe says present), answered anyway
+                await process.stdin.read()
+                process.stdout.write(b"uploaded\n")
+                process.exit(0)
+            else:
+                process.stderr.write(b"replay host: only the agent runs here\n")
+                process.exit(127)
+        except (self.asyncssh.Error, OSError, ConnectionError):
+            pass
+
+    async def _agent(self, process: Any) -> None:
+        session = _Session(process, time.time() - random.random() * 0.9)
+        self.sessions.add(session)
+        try:
+            first = True
+            while True:
+                line = await process.stdin.readline()
+                if not line:
+                    break
+                if first:  # the config line
+                    first = False
+                    continue
+                try:
+                    req = json.loads(line)
+                except ValueError:
+                    continue
+                now = time.time()
+                if req.get("op") == "stop":  # as the agent: answer, then end the session
+                    answer = {"type": "result", "ts": now, "id": req.get("id"), "ok": True,
+                              "data": {"stopping": True}}
+                    process.stdout.write(json.dumps(answer).encode() + b"\n")
+                    break
+                if req.get("op") == "ping":
+                    answer = {"type": "result", "ts": now, "id": req.get("id"), "ok": True,
+                              "data": {"pong": True, "time": now, "uptime": now - session.t0}}
+                else:
+                    answer = {"type": "result", "ts": now, "id": req.get("id"), "ok": False,
+                              "error": f"replay host: {req.get('op')} is not replayed"}
+                process.stdout.write(json.dumps(answer).encode() + b"\n")
+        except (self.asyncssh.Error, OSError, ConnectionError):
+            pass
+        finally:
+            self.sessions.discard(session)
+            with contextlib.suppress(Exception):
+                process.exit(0)
+
+    async def _tick(self) -> None:
+        r = self.replay
+        n = len(r.times)
+        while True:
+            await asyncio.sleep(TICK)
+            now = time.time()
+            for s in list(self.sessions):
+                out = []
+                while now - s.t0 >= r.times[s.i]:
+                    if not (s.loop and r.first_only[s.i]):
+                        out.append(r.line(s.i, now, s.loop))
+                    s.i += 1
+                    if s.i >= n:
+                        s.i, s.loop, s.t0 = 0, s.loop + 1, s.t0 + r.duration
+                if out:
+                    try:
+                        s.process.stdout.write(b"".join(out))
+                    except Exception:  # a closing channel: its reader ends the session
+                        self.sessions.discard(s)
+
+    async def close(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+        for acceptor in self.listeners:
+            acceptor.close()
+
+
+def raise_nofile() -> None:
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def serve_main(args: argparse.Namespace) -> int:
+    """``scale.py serve``: the replay host process. Prints one JSON line (its ports), then serves until killed."""
+    import asyncssh
+
+    raise_nofile()
+    work = Path(args.dir)
+    replay = Replay(load_recording(Path(args.recording)))
+    host_key = asyncssh.read_private_key(str(work / "host_key"))
+    client_public = (work / "client_key.pub").read_bytes()
+
+    async def main() -> None:
+        host = ReplayHost(replay, host_key, client_public)
+        ports = await host.listen(args.hosts)
+        print(json.dumps({"ports": ports}), flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await host.close()
+
+    asyncio.run(main())
+    return 0
+
+
+class ReplayFleet:
+    """The replay host as a child process, with the keys, known_hosts and fleet.toml that reach it."""
+
+    def __init__(self, hosts: int, recording: Path, work: Path) -> None:
+        self.hosts, self.recording, self.work = hosts, recording, work
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.fleet_path = work / "fleet.toml"
+        self.ports: list[int] = []
+
+    def start(self, timeout: float = 120.0) -> None:
+        import asyncssh
+
+        host_key = asyncssh.generate_private_key("ssh-ed25519")
+        client_key = asyncssh.generate_private_key("ssh-ed25519")
+        host_key.write_private_key(str(self.work / "host_key"))
+        client_key.write_private_key(str(self.work / "client_key"))
+        (self.work / "client_key").chmod(0o600)
+        client_key.write_public_key(str(self.work / "client_key.pub"))
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "serve", "--hosts", str(self.hosts),
+             "--recording", str(self.recording), "--dir", str(self.work)],
+            stdout=subprocess.PIPE, start_new_session=True)
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        line = b""
+        while not line.startswith(b"{"):
+            line = self.proc.stdout.readline()
+            if not line or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("the replay host did not start")
+        self.ports = json.loads(line)["ports"]
+        key_line = host_key.export_public_key().decode().strip()
+        known = self.work / "known_hosts"
+        known.write_text("".join(f"[127.0.0.1]:{p} {key_line}\n" for p in self.ports))
+        rows = [f'[defaults]\nuser = "bench"\nkey = "{self.work / "client_key"}"\nknown_hosts = "{known}"\n'
+                f'python = "python3"\nconnect_timeout = 60\n']
+        for i, port in enumerate(self.ports):
+            rows.append(f'[[instance]]\nname = "replay-{i:04d}"\nhost = "127.0.0.1"\nport = {port}\n')
+        self.fleet_path.write_text("\n".join(rows))
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+# -- 3. the console, driven by keys ---------------------------------------------------------------------------
+
+def console_env() -> None:
+    """This process as a console with nothing of the user's: no ssh-agent, no ~/.ssh/config, own state dir."""
+    os.environ.pop("SSH_AUTH_SOCK", None)
+    home = Path(tempfile.mkdtemp(prefix="fleet-scale-home-"))
+    os.environ["HOME"] = str(home)
+    os.environ["FLEET_CONSOLE_STATE_DIR"] = str(home / "state")
+
+
+def gpus_in(state: Any) -> int:
+    return sum(len(inst.gpus) for inst in state.instances.values())
+
+
+async def _after_refresh(app: Any) -> None:
+    fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    app.call_after_refresh(lambda: fut.done() or fut.set_result(None))
+    await fut
+
+
+async def key_latency(app: Any, key: str, changed: Any, timeout: float = 15.0) -> float | None:
+    """Seconds from the key event (sent through the driver, as a terminal's) to the first refresh after
+    ``changed()`` holds; None when it did not within ``timeout``."""
+    from textual import events
+
+    t0 = time.perf_counter()
+    app._driver.send_message(events.Key(key, None))
+    while not changed():
+        if time.perf_counter() - t0 > timeout:
+            return None
+        await asyncio.sleep(0.001)
+    await _after_refresh(app)
+    return time.perf_counter() - t0
+
+
+async def drive_console(fleet_path: Path, hosts: int, replay_pid: int | None, *, steady: float = 10.0,
+                        presses: int = 30, all_timeout: float = 300.0, key_timeout: float = 3.0,
+                        size: tuple[int, int] = (200, 60)) -> dict[str, Any]:
+    """Run the console on ``fleet_path`` and measure; the replay host's CPU from ``replay_pid``."""
+    import psutil
+
+    from console.app import FleetApp
+    from console.controller import FleetController
+    from console.inventory import load_fleet
+    from widgets.instance_screen import InstanceScreen
+
+    out: dict[str, Any] = {"hosts": hosts}
+    fleet = load_fleet(fleet_path)
+    controller = FleetController(fleet, read_only=True)
+    app = FleetApp(controller)
+    me = psutil.Process()
+    replay = psutil.Process(replay_pid) if replay_pid else None
+    t_start = time.monotonic()
+    async with app.run_test(size=size):
+        want = hosts * GPUS
+        while gpus_in(controller.state) < want and time.monotonic() - t_start < all_timeout:
+            await asyncio.sleep(0.1)
+        got = gpus_in(controller.state)
+        out["gpus"] = got
+        out["all_gpus_s"] = round(time.monotonic() - t_start, 1) if got >= want else None
+        await asyncio.sleep(2.0)  # past the connect storm
+        c0, r0, w0 = me.cpu_times(), replay.cpu_times() if replay else None, time.monotonic()
+        await asyncio.sleep(steady)
+        wall = time.monotonic() - w0
+        c1 = me.cpu_times()
+        out["console_cpu_pct"] = round(100 * (c1.user + c1.system - c0.user - c0.system) / wall, 1)
+        if replay is not None and r0 is not None:
+            r1 = replay.cpu_times()
+            out["replay_cpu_pct"] = round(100 * (r1.user + r1.system - r0.user - r0.system) / wall, 1)
+        grid = app.grid
+        lat: list[float] = []
+        misses = 0
+        while len(lat) + misses < presses:
+            before = grid.cursor_name
+            t = await key_latency(app, "down", lambda b=before: grid.cursor_name != b, timeout=key_timeout)
+            if t is None:  # the last row (a small fleet), or no answer within key_timeout: back to the top
+                misses += 1
+                await key_latency(app, "home", lambda b=before: grid.cursor_name != b, timeout=key_timeout)
+            else:
+                lat.append(t)
+            await asyncio.sleep(0.15)
+        out["key_n"], out["key_misses"] = len(lat), misses
+        out["key_p50_ms"] = round(1000 * statistics.median(lat), 1) if lat else None
+        out["key_max_ms"] = round(1000 * max(lat), 1) if lat else None
+        main = app.screen
+        t = await key_latency(app, "enter", lambda: isinstance(app.screen, InstanceScreen))
+        out["open_ms"] = round(1000 * t, 1) if t is not None else None
+        await asyncio.sleep(1.0)
+        t = await key_latency(app, "escape", lambda: app.screen is main)
+        out["back_ms"] = round(1000 * t, 1) if t is not None else None
+        out["rss_mb"] = round(me.memory_info().rss / 2**20)
+    await controller.stop()  # the app stops it on unmount too; stopping it under a live app races its paint timer
+    return out
+
+
+def status_wall(fleet_path: Path, timeout: float = 300.0) -> float | None:
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "console", "status", "--json", "--fleet", str(fleet_path)],
+                              cwd=str(ROOT), capture_output=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return None
+    if not proc.stdout.strip().startswith(b"{"):
+        return None
+    return round(time.monotonic() - t0, 1)
+
+
+LINES = [
+    ("all_gpus_s", "all {hosts} hosts' GPUs in the header", "s"),
+    ("console_cpu_pct", "steady console CPU", "% of a core"),
+    ("replay_cpu_pct", "replay host CPU", "% of a core"),
+    ("rss_mb", "console RSS", "MB"),
+    ("key_p50_ms", "down-arrow latency p50", "ms"),
+    ("key_max_ms", "down-arrow latency max", "ms"),
+    ("open_ms", "open an instance", "ms"),
+    ("back_ms", "back to the grid", "ms"),
+    ("status_json_s", "status --json wall time", "s"),
+]
+
+
+def print_lines(r: dict[str, Any]) -> None:
+    for key, label, unit in LINES:
+        value = r.get(key)
+        text = "no answer" if value is None else f"{value} {unit}"
+        print(f"hosts={r['hosts']:<5} {label.format(**r):<40} {text}", flush=True)
+
+
+def note(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def bench_main(args: argparse.Namespace) -> int:
+    raise_nofile()
+    console_env()
+    top = Path(tempfile.mkdtemp(prefix="fleet-scale-"))
+    try:
+        if args.recording:
+            recording = Path(args.recording)
+        else:
+            recording = top / "recording.jsonl"
+            print(f"recording the agent for {args.record_seconds:g} s ...", file=sys.stderr, flush=True)
+            frames = record(args.record_seconds, recording)
+            size = recording.stat().st_size
+            print(f"recorded {len(frames)} frames, {size / args.record_seconds / 1024:.1f} KB/s, "
+                  f"{len(frames) / args.record_seconds:.1f} frames/s per host", file=sys.stderr, flush=True)
+        results = []
+        for hosts in [int(x) for x in args.hosts.split(",")]:
+            work = top / f"h{hosts}"
+            work.mkdir()
+            fleet = ReplayFleet(hosts, recording, work)
+            t0 = time.monotonic()
+            fleet.start()
+            note(f"{hosts} hosts: replay host up in {time.monotonic() - t0:.1f} s")
+            try:
+                r = asyncio.run(drive_console(fleet.fleet_path, hosts, fleet.pid, steady=args.steady,
+                                              presses=args.presses, all_timeout=args.all_timeout))
+                note(f"{hosts} hosts: console done at {time.monotonic() - t0:.1f} s")
+                r["status_json_s"] = status_wall(fleet.fleet_path)
+            finally:
+                fleet.stop()
+            results.append(r)
+            if args.json:
+                print(json.dumps(r), flush=True)
+            else:
+                print_lines(r)
+        return 0
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:
+        p = argparse.ArgumentParser(prog="scale.py serve")
+        p.add_argument("--hosts", type=int, required=True)
+        p.add_argument("--recording", required=True)
+        p.add_argument("--dir", required=True)
+        return serve_main(p.parse_args(argv[1:]))
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--hosts", default="100,500,1000", help="comma-separated fleet sizes")
+    p.add_argument("--record-seconds", type=float, default=30.0)
+    p.add_argument("--recording", help="reuse this recording (JSON lines from a previous run) instead of recording")
+    p.add_argument("--steady", type=float, default=10.0, help="seconds of steady CPU measurement")
+    p.add_argument("--presses", type=int, default=30, help="down-arrow presses measured")
+    p.add_argument("--all-timeout", type=float, default=300.0, help="seconds to wait for every host's GPUs")
+    p.add_argument("--json", action="store_true", help="one JSON object per size instead of lines")
+    return bench_main(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
