@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--history-days", type=float, metavar="DAYS", help="history kept this long (default 14)")
     serve.add_argument("--no-auto-diagnose", action="store_true",
                        help="do not diagnose instances whose benchmark went down by themselves")
+    serve.add_argument("--mcp", metavar="HOST:PORT",
+                       help="also serve MCP (streamable HTTP, 127.0.0.1 unless HOST says) on these links and state")
+    serve.add_argument("--allow-restart", action="store_true", help="let MCP clients restart benchmarks (audited)")
 
     replay = sub.add_parser("replay", parents=[ui], help="open the console on a recording (--record FILE)")
     replay.add_argument("file", metavar="FILE")

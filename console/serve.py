@@ -463,6 +463,14 @@ def run_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return fail(str(exc))
     monitorings: list[Monitoring] = []
+    mcp_at: tuple[str, int] | None = None
+    if args.mcp:
+        from console.mcp import parse_http
+
+        try:
+            mcp_at = parse_http(args.mcp)
+        except ValueError as exc:
+            return fail(str(exc).replace("--http", "--mcp"))
 
     def make(fleet: Fleet, demo: bool) -> FleetController:
         monitoring = monitoring_from_args(args, fleet, DEFAULT_PORT, history=True,
@@ -475,7 +483,17 @@ def run_serve(args: argparse.Namespace) -> int:
             async with run_fleet_headless(fleet, make, args.instances if args.demo else None) as (controller, stop):
                 log.info("serving %d instances from %s%s", len(controller.fleet.instances),
                          controller.fleet.source, " (read-only)" if args.read_only else "")
-                await stop.wait()
+                if mcp_at is None:
+                    await stop.wait()
+                else:  # the MCP server on these links and this state (no second set of connections)
+                    from console.mcp import serve_http_until
+                    from console.mcp.server import Options
+
+                    options = Options(allow_restart=bool(args.allow_restart), read_only=bool(args.read_only),
+                                      timeout=30.0)
+                    log.info("MCP on http://%s:%d/mcp%s", mcp_at[0], mcp_at[1],
+                             "" if options.allow_restart and not options.read_only else " (restart refused)")
+                    await serve_http_until(controller, options, mcp_at[0], mcp_at[1], stop)
                 log.info("stopping")
         except OSError as exc:  # the metrics port taken, the record file not writable
             log.error("%s", exc)

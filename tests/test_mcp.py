@@ -362,3 +362,38 @@ def test_log_command_reads_numbered_cut_lines_with_awk(tmp_path: Path) -> None:
     assert lines[1]["cut_from"] > 10_000_000 and len(lines[1]["text"]) <= safe.LINE_CHARS
     _, _, _, missing = parse_log_output(run(log_command(str(tmp_path / "nope"), "tail", 3)))
     assert missing
+
+
+async def test_serve_mcp_shares_the_services_links_and_state(tmp_path: Path) -> None:
+    """``serve --demo --mcp``: one process, one set of links; MCP answers from the state /metrics reports."""
+    port = free_port()
+    err = (tmp_path / "serve.err").open("a")
+    proc = subprocess.Popen([sys.executable, "-m", "console", "serve", "--demo", "--instances", "2",
+                             "--metrics-port", "0", "--mcp", f"127.0.0.1:{port}"],
+                            cwd=tmp_path, env=dict(os.environ, **env(tmp_path)), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        assert wait_for(lambda: proc.poll() is not None or _listening(port), timeout=60), "no MCP listener"
+        assert proc.poll() is None, (tmp_path / "serve.err").read_text()
+        async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (read, write), \
+                ClientSession(read, write) as session:
+            await session.initialize()
+            assert {t.name for t in (await session.list_tools()).tools} == TOOLS
+            deadline = time.monotonic() + 60
+            while True:
+                status, _ = await call(session, "fleet_status")
+                if len(status["instances"]) == 2 and all(r["status"] != "connecting" for r in status["instances"]):
+                    break
+                assert time.monotonic() < deadline, status
+                await asyncio.sleep(0.5)
+            refused = await call_error(session, "restart", name=status["instances"][0]["name"], reason="test")
+            assert "allow-restart" in refused
+        text = (tmp_path / "serve.err").read_text()
+        # the demo's hosts were connected once: by the service, not a second time for MCP
+        assert text.count("starting 2 demo instances") == 1 and "MCP on http://127.0.0.1:" in text, text
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, (tmp_path / "serve.err").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

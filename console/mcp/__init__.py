@@ -114,3 +114,32 @@ async def _serve(args: argparse.Namespace, fleet: Any, http: tuple[str, int] | N
 
 def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
+
+
+async def serve_http_until(controller: Any, options: Any, host: str, port: int, stop: asyncio.Event) -> None:
+    """Serve MCP over streamable HTTP on ``controller`` (its links and state, not a second set) until ``stop``.
+
+    For ``fleet-console serve --mcp``: the service owns the signals, so uvicorn is kept from taking them.
+    """
+    import uvicorn
+
+    from console.mcp.server import build_server
+
+    class _Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Any:  # the service's own handlers set ``stop``
+            yield
+
+    app = build_server(controller, options).streamable_http_app(host=host)
+    server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+    task = asyncio.create_task(server.serve())
+    stopped = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        server.should_exit = True
+        stopped.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    if task.done() and task.exception() is not None:
+        raise OSError(f"MCP on {_url_host(host)}:{port}: {task.exception()}")
