@@ -28,6 +28,7 @@ from console.actions import ReadOnlyError
 from console.status import BADGES, TABLE, THEME_DEFAULTS
 from console.text_safety import clean
 from themes import DEFAULT_THEME, TCSS_PATH, THEMES, next_theme, picked_theme, remember_theme, saved_theme
+from widgets.command_bar import CommandBar, run_command
 from widgets.confirm_screen import ConfirmScreen
 from widgets.filter_bar import FilterBar
 from widgets.fleet_grid import FleetGrid
@@ -95,6 +96,7 @@ class FleetApp(App):
         Binding("s", "shell", "Shell", show=False),  # ssh into the instance (read-only too: audited)
         Binding("y", "copy", "Copy", show=False),  # ssh command, log line or evidence line (OSC 52)
         Binding("v", "toggle_view", "View", show=False),  # grid / table (remembered)
+        Binding("colon", "command", "Command", show=False),  # :open, :diagnose, :restart, :probe, :sort, :theme
         Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
         Binding("escape", "clear", "Clear", show=False),
     ]
@@ -149,6 +151,7 @@ class FleetApp(App):
     def compose(self) -> ComposeResult:
         yield Static(id="topbar")
         yield FilterBar()
+        yield CommandBar()  # ':' (widgets/command_bar.py)
         grid = FleetGrid(self.state, id="grid")
         grid.fleet_file = str(getattr(getattr(self.controller, "fleet", None), "source", "") or "")
         grid.retry_at = self.retry_at
@@ -569,6 +572,14 @@ class FleetApp(App):
         from console.shell import open_shell, shell_target
 
         self.run_worker(open_shell(self, shell_target(self)), group="shell", exclusive=True)
+
+    def action_command(self) -> None:
+        """``:``: the command bar (k9s-style; widgets/command_bar.py, parsed by console/commands_mode.py)."""
+        if len(self.screen_stack) == 1:
+            self.screen_stack[0].query_one(CommandBar).open()
+
+    def on_command_bar_run(self, message: CommandBar.Run) -> None:
+        run_command(self, message.command)
 
     def action_toggle_view(self) -> None:
         """``v``: grid / table (widgets/fleet_table.py), remembered in settings.json."""
