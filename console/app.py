@@ -24,7 +24,7 @@ from textual.notifications import Notify
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
-from console.actions import ReadOnlyError
+from console.actions import ActionError, ReadOnlyError
 from console.status import BADGES, TABLE, THEME_DEFAULTS
 from console.text_safety import clean
 from themes import DEFAULT_THEME, TCSS_PATH, THEMES, next_theme, picked_theme, remember_theme, saved_theme
@@ -486,6 +486,49 @@ class FleetApp(App):
 
     def action_restart_current(self) -> None:
         self.action_restart()
+
+    def action_accept_host_key(self) -> None:
+        """Trust the unknown host key the open instance offers (``A``), after a dialog that shows its fingerprint.
+
+        A changed key is never accepted here: the operator removes the old line by hand (ssh-keygen -R).
+        """
+        screen = self.screen
+        if not isinstance(screen, InstanceScreen):
+            return
+        name = screen.instance_name
+        offer = getattr(self.controller.links.get(name), "host_key_offer", None)
+        if offer is None:
+            self.notify(f"{name}: no unknown host key to accept", severity="warning", markup=False)
+            return
+        if offer.changed:
+            self.notify(f"{name}: the host key CHANGED; not accepted here (check it, then ssh-keygen -R and reload)",
+                        severity="error", markup=False)
+            return
+
+        async def accept() -> None:
+            try:
+                message = await self.controller.accept_host_key(name)
+            except ActionError as exc:
+                self.notify(str(exc), severity="error", markup=False)
+                return
+            self.notify(message, markup=False)
+
+        def answered(yes: Optional[bool]) -> None:
+            if yes:
+                self.run_worker(accept(), group="accept")
+            else:
+                self.notify("host key not accepted, nothing written", timeout=3)
+
+        self.push_screen(
+            ConfirmScreen(
+                f"Trust the host key of {name}?",
+                [offer.fingerprint, f"{offer.host}:{offer.port}"],
+                note=f"Written to {offer.known_hosts} and recorded in the audit log; then it reconnects. "
+                "Compare the fingerprint with what the provider shows first.",
+                confirm_label="Trust",
+            ),
+            answered,
+        )
 
     def action_refuse_restart(self) -> None:
         """Read-only mode's ``r`` (the footer does not offer it): the refusal is said and audited."""

@@ -172,6 +172,7 @@ class InstanceScreen(Screen):
         Binding("r", "app.restart_current", "Restart"),
         Binding("r", "app.refuse_restart", "Restart", show=False),  # read-only mode (the app hides the other)
         Binding("p", "app.probe_current", "Probes"),
+        Binding("A", "app.accept_host_key", "Accept host key", show=False),  # an unknown key: confirmed, audited
         Binding("question_mark", "app.help", "Help"),
     ]
 
