@@ -75,6 +75,7 @@ class FleetController:
         self._auto_seen: dict[str, str] = {}  # name -> the status when last looked at
         self._auto_last: dict[str, float] = {}  # name -> monotonic time of its last automatic diagnosis
         self._host_locks: dict[str, asyncio.Lock] = {}  # one diagnosis in flight per host
+        self.sources: list[Any] = []  # console.sources.prometheus.PrometheusSource, started with the fleet
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self, names: list[str] | None = None) -> None:
@@ -87,6 +88,7 @@ class FleetController:
         if names is None and not self.started:
             self.started = True
             await self.watch.start(self.watching)
+            self._start_sources()
         if self.auto_diagnose and self._auto_task is None:
             self._auto_task = asyncio.get_running_loop().create_task(self._auto_loop())
 
@@ -96,8 +98,30 @@ class FleetController:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         await self.watch.stop()
+        await self._stop_sources()
         links, self.links = list(self.links.values()), {}
         await asyncio.gather(*(link.stop() for link in links), return_exceptions=True)
+
+    # -- [[source]] rows (console/sources/): GPU figures from Prometheus; a failing one is a fleet_errors line ----
+    def _start_sources(self) -> None:
+        specs = getattr(self.fleet, "sources", None) or []
+        if not specs:
+            return
+        from console.sources.prometheus import PrometheusSource  # httpx2 only for fleets that have a source
+
+        def report(key: str, line: str | None) -> None:
+            if line is None:
+                self.fleet_errors.pop(key, None)
+            else:
+                self.fleet_errors[key] = line
+
+        self.sources = [PrometheusSource(spec, self.state, report) for spec in specs]
+        for source in self.sources:
+            source.start()
+
+    async def _stop_sources(self) -> None:
+        sources, self.sources = getattr(self, "sources", []), []
+        await asyncio.gather(*(s.stop() for s in sources), return_exceptions=True)
 
     async def wait_ready(self, name: str, timeout: float = 30.0) -> AgentLink:
         """The instance's link once connected; ActionError with the link's reason otherwise."""

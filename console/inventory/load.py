@@ -30,6 +30,7 @@ from console.inventory.records import (
     Instance,
     ProbeSpec,
     SignatureSpec,
+    SourceSpec,
 )
 from console.inventory.schema import AlertSpec, BenchmarkRow, FleetFile, ImportRow, InstanceRow
 
@@ -315,6 +316,7 @@ class _Builder:
             source=str(path),
             signatures=signatures,
             imports=imports,
+            sources=self.sources(),
         )
         # Fleet has no alerts field yet (records.py): carried as an attribute, read by console.alerts.fleet_alerts
         setattr(fleet, "alerts", self.alerts())  # noqa: B010
@@ -388,6 +390,24 @@ class _Builder:
             out.append(SignatureSpec(code=row.code, severity=row.severity, pattern=row.pattern,
                                      explanation=row.explanation, label=row.label,
                                      source=f"{self.path}:{line}" if line else str(self.path)))
+        return out
+
+    def sources(self) -> list[SourceSpec]:
+        """``[[source]]`` rows: one Prometheus each (a URL twice would double every figure's cost)."""
+        out: list[SourceSpec] = []
+        seen: dict[str, int] = {}
+        for i, row in enumerate(self.doc.source):
+            url = row.prometheus.rstrip("/")
+            if url in seen:
+                raise self.error(["source", i, "prometheus"],
+                                 f"source #{i + 1}: {url} is already source #{seen[url] + 1}")
+            seen[url] = i
+            given = _given(row)
+            interval = float(given.get("interval", 5.0))
+            line = self.lines.headers.get(("source", i))
+            out.append(SourceSpec(prometheus=url, host_label=given.get("host_label", "Hostname"), interval=interval,
+                                  timeout=float(given.get("timeout", min(interval, 5.0))),
+                                  source=f"{self.path}:{line}" if line else str(self.path)))
         return out
 
     def alerts(self) -> list[AlertSpec]:

@@ -71,6 +71,18 @@ class ImportSpec:
 
 
 @dataclass(frozen=True)
+class SourceSpec:
+    """A ``[[source]]``: GPU figures for the fleet from a Prometheus that scrapes DCGM-exporter
+    (``console/sources/prometheus.py``); ``host_label`` names the host, matched to an instance's name or host."""
+
+    prometheus: str
+    host_label: str = "Hostname"
+    interval: float = 5.0
+    timeout: float = 5.0
+    source: str = ""
+
+
+@dataclass(frozen=True)
 class Instance:
     """One GPU instance as the console reaches it."""
 
@@ -135,6 +147,7 @@ class Fleet:
     source: str = ""
     signatures: list[SignatureSpec] = field(default_factory=list)
     imports: list[ImportSpec] = field(default_factory=list)  # imports to re-run while the console runs
+    sources: list[SourceSpec] = field(default_factory=list)  # [[source]] rows (Prometheus)
 
     def get(self, name: str) -> Instance:
         for inst in self.instances:

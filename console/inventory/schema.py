@@ -58,6 +58,7 @@ DESCRIPTIONS = {
     "signature": "[[signature]] tables",
     "import": "[[import]] tables",
     "alert": "[[alert]] tables",
+    "source": "[[source]] tables",
     "statuses": "a status or a list of them: failed, needs_action, unreachable, benchmark_down, stale, gpu_idle, "
     "connecting, ok",
     "verdicts": "a verdict code or a list of them, like [\"oom\", \"benchmark_not_running\"]",
@@ -144,6 +145,24 @@ class ImportRow(Struct, forbid_unknown_fields=True, omit_defaults=True):
     running_only: bool | None = None
 
 
+# -- [[source]] (console/sources/prometheus.py polls them)
+PromUrl = Annotated[
+    str, Meta(pattern=r"^https?://[^\s/?#]+[^\s?#]*$", max_length=2048, description="an http:// or https:// URL")
+]
+LabelName = Annotated[
+    str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="a Prometheus label name like Hostname")
+]
+SourceInterval = Annotated[float, Meta(ge=1, le=3600, description="a number of seconds from 1 to 3600")]
+SourceTimeout = Annotated[float, Meta(ge=0.5, le=120, description="a number of seconds from 0.5 to 120")]
+
+
+class SourceRow(Struct, forbid_unknown_fields=True, omit_defaults=True):
+    prometheus: PromUrl
+    host_label: LabelName | None = None
+    interval: SourceInterval | None = None
+    timeout: SourceTimeout | None = None
+
+
 # -- [[alert]] (console/alerts.py evaluates them) ------------------------------------------------------
 # the status table's names (console/status.py; tests/test_alerts.py keeps the two the same)
 StatusName = Literal["failed", "needs_action", "unreachable", "benchmark_down", "stale", "gpu_idle", "connecting", "ok"]
@@ -197,6 +216,7 @@ class FleetFile(Struct, forbid_unknown_fields=True, omit_defaults=True):
     signature: list[SignatureRow] = field(default_factory=list)
     imports: list[ImportRow] = field(default_factory=list, name="import")
     alert: list[AlertRow] = field(default_factory=list)
+    source: list[SourceRow] = field(default_factory=list)
 
 
 TABLE_WORDS = {  # how a message names the table a key is in

@@ -1,0 +1,1 @@
+"""Fleet-wide figures from systems that already collect them (Prometheus + DCGM-exporter)."""
