@@ -184,7 +184,7 @@ def pct(values, q: float) -> float:
     return values[min(len(values) - 1, round(q / 100 * (len(values) - 1)))]
 
 
-async def run(seconds: float, size: tuple, instances: int, gpus: int) -> dict:
+async def run(seconds: float, size: tuple, instances: int, gpus: int, view: str = "grid", sort: str = "status") -> dict:
     fleet = BenchFleet(instances, gpus)
     app = FleetApp(fleet, theme="dark")
     lags: list = []
@@ -206,6 +206,15 @@ async def run(seconds: float, size: tuple, instances: int, gpus: int) -> dict:
         await pilot.pause(1.0)
         grid = app.query_one(FleetGrid)
         grid.on_pane_rendered = rendered
+        if view == "table":  # the table view (v), sorted on ``sort`` (util: re-sorted every second); not saved
+            from widgets.fleet_table import FleetTable
+
+            table = app.query_one(FleetTable)
+            table.display, grid.display = True, False
+            table.sort_key = sort
+            table.resort(force=True)
+            table.focus()
+            await pilot.pause(0.5)
         stop = asyncio.Event()
         probe = asyncio.create_task(lag_probe(stop))
         proc = psutil.Process()
@@ -221,6 +230,7 @@ async def run(seconds: float, size: tuple, instances: int, gpus: int) -> dict:
         visible = sum(1 for n in grid.visible_names if grid._pos[n][1] < size[1])
     return {
         "size": "%dx%d" % size,
+        "view": view if view == "grid" else "table sorted on %s" % sort,
         "instances": instances,
         "gpus_per_instance": gpus,
         "seconds": round(wall, 1),
@@ -250,10 +260,12 @@ def main() -> int:
     parser.add_argument("--size", default="200x60")
     parser.add_argument("--instances", type=int, default=100)
     parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--view", choices=("grid", "table"), default="grid")
+    parser.add_argument("--sort", default="status", help="the table's sort key (--view table)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     w, h = (int(x) for x in args.size.lower().split("x"))
-    result = asyncio.run(run(args.seconds, (w, h), args.instances, args.gpus))
+    result = asyncio.run(run(args.seconds, (w, h), args.instances, args.gpus, args.view, args.sort))
     if args.json:
         print(json.dumps(result, indent=2))
     else:
