@@ -39,7 +39,7 @@ SILENCE_TIMEOUT = 30.0  # no frame at all for this long: the session is dead, re
 MAX_LINE = 16 * 1024 * 1024
 # A session that ends within this long of its hello counts as a failed attempt: the backoff keeps growing
 # (a host whose agent dies at once is retried ever more slowly, not ~45 times a minute).
-STABLE_AFTER = 30.0
+STABLE_AFTER = 10.0
 PING_EVERY = 5.0  # seconds between the console's pings (the agent's watchdog counts them)
 WATCHDOG_PINGS = 3  # an agent that heard nothing for this many pings exits
 BAD_FRAME_REPORT_EVERY = 60.0  # seconds between "bad frame" errors of one instance
