@@ -94,12 +94,12 @@ class Exporter:
         self.server.server_close()
 
 
-def start_prometheus(tmp: Path, targets: list[int]) -> tuple[subprocess.Popen[bytes], str]:
+def start_prometheus(tmp: Path, targets: list[int], scrape: float = 1.0) -> tuple[subprocess.Popen[bytes], str]:
     assert PROMETHEUS is not None
     port = free_port()
     config = tmp / "prometheus.yml"
     config.write_text(
-        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: dcgm\n"
+        f"global:\n  scrape_interval: {scrape:g}s\n  scrape_timeout: {scrape:g}s\nscrape_configs:\n  - job_name: dcgm\n"
         "    static_configs:\n      - targets: [" + ", ".join(f"'127.0.0.1:{p}'" for p in targets) + "]\n")
     log = open(tmp / "prometheus.log", "wb")  # noqa: SIM115 - the child keeps it
     proc = subprocess.Popen([PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
