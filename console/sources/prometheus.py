@@ -193,7 +193,7 @@ class PrometheusSource:
                 state.set_link_status(host, "connected", f"via {self.key} (no SSH)")
                 self.hosts_only.add(host)
                 names[host] = host
-            state.apply_frame(name, frame)  # type: ignore[arg-type]  # a GpuFrame built by frames.gpu_frame
+            state.apply_frame(name, frame)  # a GpuFrame built by frames.gpu_frame
 
     def match_table(self) -> dict[str, str]:
         """Prometheus host label value -> instance name (by name first, then by host)."""
