@@ -181,7 +181,13 @@ async def test_enter_opens_instance_screen_with_tabs_and_escape_returns(tmp_path
         assert "step 1" in screen_text(app)
         await pilot.press("escape")  # closes the search box
         await pilot.press("4")
-        assert "No diagnosis yet" in screen_text(app)
+        await pilot.pause(0.2)
+        # (on a loaded box this test outlasts IDLE_WINDOW: the idle GPUs then bring the automatic diagnosis)
+        inst = app.state.get(name)
+        if inst.diagnosis is None:
+            assert "No diagnosis yet" in screen_text(app)
+        else:
+            assert "What was checked" in screen_text(app)
         await pilot.press("escape")
         assert not isinstance(app.screen, InstanceScreen)
 
