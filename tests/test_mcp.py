@@ -165,7 +165,7 @@ async def test_the_hunt_over_mcp_on_a_real_fleet(
     )
     old = set(chains.bench_pids() + chains.entry_pids())
 
-    async with mcp_session(tmp_path, fleet, "--timeout", "6", transport=transport) as session:
+    async with mcp_session(tmp_path, fleet, "--timeout", "15", transport=transport) as session:
         # the tools, each with an input and an output schema; nothing from a host in their names or descriptions
         listed = (await session.list_tools()).tools
         assert {t.name for t in listed} == TOOLS
@@ -249,8 +249,9 @@ async def test_the_hunt_over_mcp_on_a_real_fleet(
         # hosts that are down or hang: a clear error within the call's timeout, never a hung server
         started = time.monotonic()
         assert "refused" in (await call_error(session, "diagnose", name="dead")).lower()
-        assert "not reachable within" in await call_error(session, "diagnose", name="mute")
-        assert time.monotonic() - started < 6 + 8
+        mute = await call_error(session, "diagnose", name="mute")  # the link's own words once it gave up, or ours
+        assert re.search(r"not reachable within|no answer within|timed out", mute), mute
+        assert time.monotonic() - started < 15 + 8
         probe, _ = await call(session, "run_probe", name="box1", probe="resources")
         assert probe["lines"] and "no probe named" in await call_error(session, "run_probe", name="box1",
                                                                        probe="rm -rf /")
