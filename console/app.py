@@ -546,7 +546,7 @@ class FleetApp(App):
         if announce:
             self.notify("restarting %s…" % ", ".join(names), timeout=3)
         try:
-            results = await self.controller.restart(names)
+            results = await self.controller.restart(names, origin="tui")
         except ReadOnlyError:
             self.notify(
                 "Read-only mode: restart refused. Nothing was sent to %s." % ", ".join(names),

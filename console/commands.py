@@ -189,7 +189,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
     if args.read_only:
         audit = FleetController(fleet, read_only=True).audit
         for name in args.names:
-            audit.record(name, fleet.get(name).address, "restart", "refused", "read-only")
+            audit.record(name, fleet.get(name).address, "restart", "refused", "read-only", origin="cli")
         return fail("restart refused: --read-only")
     if not args.yes:
         if not sys.stdin.isatty():
@@ -207,7 +207,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
                 ready.append(name)
             except ActionError as exc:
                 print(f"{name}: not restarted: {exc}", file=sys.stderr)
-        results = await controller.restart(ready) if ready else {}
+        results = await controller.restart(ready, origin="cli") if ready else {}
         for name, result in results.items():
             # a benchmark that died right after its start is a failure, shown with its log's last lines
             print("\n".join(describe_restart(name, result)), file=sys.stdout if result["ok"] else sys.stderr)

@@ -247,6 +247,7 @@ def test_restart_over_ssh_replaces_the_chain_and_is_audited(
     assert [(r["instance"], r["outcome"]) for r in records] == [("box1", "refused"), ("box1", "ok")]
     ok = records[-1]
     assert ok["host"] == f"{sshd.user}@127.0.0.1:{sshd.port}"
+    assert [r["origin"] for r in records] == ["cli", "cli"]  # who asked: the command line (tui, mcp elsewhere)
     assert ok["result"]["started"]["pid"] == new_pid
     assert old <= set(ok["result"]["stopped"]) | set(ok["result"]["killed"])
 
