@@ -19,16 +19,17 @@ $(STAMP): $(PY) pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/fleet-console demo
 
-## Install what the tests need (OpenSSH server and tmux when run as root) and run the whole suite.
+## Install what the tests need (OpenSSH server, tmux, Prometheus when run as root) and run the whole suite.
 test: $(STAMP) sshd-deps lint
 	$(PY) -m pytest -q
 
 sshd-deps:
-	@if ! command -v sshd >/dev/null 2>&1 && ! test -x /usr/sbin/sshd || ! command -v tmux >/dev/null 2>&1; then \
+	@if ! command -v sshd >/dev/null 2>&1 && ! test -x /usr/sbin/sshd || ! command -v tmux >/dev/null 2>&1 \
+	    || ! command -v prometheus >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client tmux) >/dev/null; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client tmux prometheus) >/dev/null; \
 	  else \
-	    echo "need openssh-server and tmux: run as root or: sudo apt-get install openssh-server tmux" >&2; exit 1; \
+	    echo "need openssh-server, tmux and prometheus: run as root or: sudo apt-get install openssh-server tmux prometheus" >&2; exit 1; \
 	  fi; \
 	fi
 
