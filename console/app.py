@@ -190,6 +190,8 @@ class FleetApp(App):
     # -- the frame clock -----------------------------------------------------------------------------
     def paint_frame(self) -> None:
         """Pull what changed from the state and repaint just that (runs at FRAME_INTERVAL)."""
+        if not self.screen_stack or not self.screen_stack[0].is_mounted:  # closing: the frame timer outlived the grid
+            return
         now = time.time()
         state = self.state
         if now - self._last_tick >= TICK_INTERVAL:
