@@ -63,53 +63,36 @@ def main(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace, fleet: Any, http: tuple[str, int] | None) -> int:
+    """Start the fleet as ``serve`` does (``run_fleet_headless``: signals, demo, shielded clean-up), then serve
+    MCP on it until the client leaves (stdio) or a signal comes (both)."""
     from console.controller import FleetController
     from console.mcp.server import McpAudit, Options, build_server
+    from console.serve import run_fleet_headless
 
-    loop = asyncio.get_running_loop()
-    main_task = asyncio.current_task()
-    if http is None:  # stdio: a hangup or TERM ends the session like EOF, and the clean-up below runs
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, main_task.cancel if main_task else (lambda: None))
-    else:  # uvicorn takes INT/TERM while it serves and raises them again after: let that be a no-op here
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: None)
-    demo = None
-    controller = None
-    try:
-        if args.demo:
-            from console.demo.fleet import start_demo
+    options = Options(allow_restart=bool(args.allow_restart), read_only=bool(args.read_only),
+                      timeout=float(args.timeout))
 
-            print(f"fleet-console mcp: starting {args.instances} demo instances on 127.0.0.1 ...", file=sys.stderr)
-            demo = await start_demo(args.instances)
-            fleet = demo.fleet
-        options = Options(allow_restart=bool(args.allow_restart), read_only=bool(args.read_only),
-                          timeout=float(args.timeout))
-        controller = FleetController(fleet, read_only=options.read_only, demo=demo is not None, audit=McpAudit())
-        await controller.start()
-        server = build_server(controller, options)
-        if http is None:
-            await server.run_stdio_async()
-        else:
+    def make(fleet: Any, demo: bool) -> FleetController:
+        return FleetController(fleet, read_only=options.read_only, demo=demo, audit=McpAudit())
+
+    if args.demo:
+        print(f"fleet-console mcp: starting {args.instances} demo instances on 127.0.0.1 ...", file=sys.stderr)
+    # stdio: a hangup or TERM ends the session like EOF does, and the clean-up runs
+    signals = (signal.SIGTERM, signal.SIGHUP) if http is None else (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    async with run_fleet_headless(fleet, make, args.instances if args.demo else None, signals) as (controller, stop):
+        if http is not None:
             host, port = http
             print(f"fleet-console mcp: serving http://{_url_host(host)}:{port}/mcp", file=sys.stderr, flush=True)
-            await server.run_streamable_http_async(host=host, port=port)
-        return 0
-    except asyncio.CancelledError:
-        return 0
-    finally:
-        # Cleaning up already: a further TERM/HUP (a client escalating after closing stdin) must not cut it short.
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.remove_signal_handler(sig)
-                signal.signal(sig, signal.SIG_IGN)
-        if controller is not None:
-            with contextlib.suppress(BaseException):
-                await asyncio.shield(controller.stop())
-        if demo is not None:
-            with contextlib.suppress(BaseException):
-                await asyncio.shield(demo.stop())
+            await serve_http_until(controller, options, host, port, stop)
+            return 0
+        session = asyncio.create_task(build_server(controller, options).run_stdio_async())
+        stopped = asyncio.create_task(stop.wait())
+        await asyncio.wait({session, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (session, stopped):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+    return 0
 
 
 def _url_host(host: str) -> str:
