@@ -28,6 +28,8 @@ class BenchmarkConfig(TypedDict):
 
 class GpuConfig(TypedDict):
     simulate: Optional[Dict[str, Any]]  # None: real pynvml; a scenario dict drives console.agent.nvml_sim
+    dev_dir: str  # where the /dev/nvidiaN files are (tests point it at a temporary directory)
+    lost_retry: Optional[float]  # seconds before a lost device is probed again (None: gpu.LOST_RETRY, 30 s)
 
 
 class AgentConfig(TypedDict):
@@ -67,7 +69,7 @@ DEFAULTS: AgentConfig = {
         "stop_timeout": 10.0,
         "env": {},
     },
-    "gpu": {"simulate": None},
+    "gpu": {"simulate": None, "dev_dir": "/dev", "lost_retry": None},
     "proc_root": None,
     "proc_backend": "auto",
     "stall_seconds": 120.0,

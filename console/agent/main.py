@@ -65,6 +65,7 @@ class Agent:
             "gpu": self.gpu.state,
             "simulated_gpu": self.gpu.simulated,
             "ops": sorted(OPS),
+            **self.gpu.features(),  # pid_ns, gpu_mapping: is this a container, how GPU pids were mapped
         }
 
     def sample_once(self) -> None:

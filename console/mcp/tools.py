@@ -172,7 +172,10 @@ def instance_detail(inst: InstanceState, now: float, top: int = 15) -> Dict[str,
             "power": g.get("power"),
             "lost": g.lost or g.missing,
             "error": None if g.error is None else safe.field(g.error),
-            "procs": [{"pid": p.get("pid"), "mem": p.get("mem"), "name": names.get(p.get("pid"))}
+            # a container's GPU processes: mapped one to one (pid), as a group (pid null, group [pids]), or
+            # unattributed (pid null, nvml_pid: the host's number); docs/architecture.md "GPU process mapping"
+            "procs": [{"pid": p.get("pid"), "mem": p.get("mem"), "name": names.get(p.get("pid")),
+                       "group": p.get("group"), "nvml_pid": p.get("nvml_pid")}
                       for p in (g.sample.get("procs") or [])][:32],
         })
     logs = []
@@ -214,12 +217,21 @@ def instance_detail(inst: InstanceState, now: float, top: int = 15) -> Dict[str,
     return result
 
 
+def _gpu_proc_text(p: Dict[str, Any]) -> str:
+    """One GPU process as the GPU tab writes it: "1234 python", "≈ 12,13" (a group), "? host 98765"."""
+    if p.get("pid") is not None:
+        return f"{p['pid']} {p.get('name') or '?'}"
+    if p.get("group"):
+        return "≈ " + ",".join(str(x) for x in p["group"])
+    return f"? host {p.get('nvml_pid') if p.get('nvml_pid') is not None else '?'}"
+
+
 def render_detail(result: Dict[str, Any]) -> str:
     out = [f"{result['name']} ({result['address']}): {result['status']}"
            + (f": {result['detail']}" if result["detail"] else "") + f" | benchmark {result['benchmark']}"]
     for g in result["gpu_devices"]:
         mem = "" if g["mem_used"] is None else f" mem {g['mem_used'] // 2**20} MiB"
-        procs = ", ".join(f"{p['pid']} {p['name'] or '?'}" for p in g["procs"])
+        procs = ", ".join(_gpu_proc_text(p) for p in g["procs"])
         out.append(f"  GPU {g['index']} {g['name']}: util {g['util']}%{mem}{' LOST' if g['lost'] else ''}"
                    + (f" [{procs}]" if procs else ""))
     out.append(f"  processes (top {len(result['processes'])} of {result['process_count']}):")
