@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from textwrap import fill
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
+
+from console.status import TABLE
 
 HELP = """\
 [b]fleet-console — keys[/b]
@@ -22,6 +26,7 @@ HELP = """\
   p             probes menu (pick by key or from the list)
   t             next theme: dark, light, high-contrast (remembered)
   e             event timeline: transitions, verdicts, restarts, probes
+  R             reload fleet.toml and its imports (also on change, SIGHUP)
   s             ssh into the instance (the console's settings; audited)
   y             copy: ssh command; on a screen, the log or evidence line
   v             grid / table view (remembered)
@@ -38,11 +43,11 @@ HELP = """\
   f, space      follow / pause the log; End or G follow again
   /, ctrl+f     search the log; n / N next / previous match
   d r p         diagnose, restart, probe this instance
+  A             accept an unknown host key (shows its fingerprint; audited)
 
-Statuses, trouble first: FAILED, UNREACHABLE, BENCH DOWN, STALE (age),
-GPU IDLE, CONNECTING, OK.
+Statuses, trouble first: %s.
 Mouse: click a pane to focus it, double-click to open; keys do it all.
-"""
+""" % fill(", ".join(s.badge + (" (age)" if s.name == "stale" else "") for s in TABLE), 78 - 25)
 
 
 class HelpScreen(ModalScreen[None]):
