@@ -745,8 +745,8 @@ async def test_the_diagnosis_tab_reads_well_at_80_columns(tmp_path: Path) -> Non
         app.state.set_diagnosis("alpha", {"verdict": healthy, "findings": [], "steps": [
             {"name": "verdict", "status": "ok", "summary": healthy["summary"]}]})
         app.screen.update_from_state(force=True)
-        await pilot.pause(0.3)
-        text = screen_text(app)
+        text = await wait_until(pilot, lambda: "3 benchmark process(es) running" in screen_text(app)
+                                and screen_text(app), what="the healthy verdict painted")
         assert text.count("healthy") == 1 and "3 benchmark process(es) running" in text
 
 
