@@ -3,7 +3,6 @@ written, audited, and the instance connects — through a real sshd whose key th
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from console.inventory import Fleet
 from console.link.hostkeys import fingerprint
 from tests.conftest import ssh_instance
 from tests.sshd import Sshd
+from tests.test_app import wait_until
 from widgets.confirm_screen import ConfirmScreen
 from widgets.instance_screen import InstanceScreen
 
@@ -25,15 +25,6 @@ def config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("FLEET_CONSOLE_CONFIG_DIR", str(path))
     monkeypatch.setenv("FLEET_CONSOLE_STATE_DIR", str(tmp_path / "state"))
     return path
-
-
-async def wait_until(pilot, predicate, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await pilot.pause(0.1)
-    raise AssertionError("timed out waiting for " + what)
 
 
 async def test_accept_an_unknown_host_key_from_the_instance_screen(sshd: Sshd, tmp_path: Path) -> None:
