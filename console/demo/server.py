@@ -7,7 +7,9 @@ are piped through the channel, the exit status is returned, and when the channel
 command's process group is killed, as sshd does with a session.
 
 A flapping host drops every connection from the server side and refuses new ones (its listener is
-closed: "Connection refused") for a few seconds, then listens again on the same port.
+closed: "Connection refused") for a few seconds, then listens again on the same port.  While it is down
+the port stays bound (not listening) so that no outgoing connection on this machine is given it as its
+local port, which would keep the host from listening again.
 """
 
 from __future__ import annotations
@@ -162,6 +164,7 @@ class DemoHost:
     flap_down: tuple[float, float] = (3.0, 6.0)
     down: bool = False
     acceptor: Any = None
+    port_hold: socket.socket | None = None  # keeps the port while the host is down (see the module doc)
     conns: set[asyncssh.SSHServerConnection] = field(default_factory=set)
     sessions: set[int] = field(default_factory=set)  # pids (= pgids) of live session commands
     flap_task: asyncio.Task[None] | None = None
@@ -183,6 +186,25 @@ class _Server(asyncssh.SSHServer):
 
     def begin_auth(self, username: str) -> bool:
         return True  # public key auth against the demo's throwaway client key
+
+
+def _hold_port(host: DemoHost) -> None:
+    """Bind the down host's port without listening: connects are refused, and the kernel hands it to no
+    outgoing connection (a bound port is skipped when choosing a local port), so ``bring_up`` can listen."""
+    hold = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    hold.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        hold.bind(("127.0.0.1", host.port))
+    except OSError:  # taken in the instant since the listener closed: bring_up retries
+        hold.close()
+        return
+    host.port_hold = hold
+
+
+def _release_port(host: DemoHost) -> None:
+    if host.port_hold is not None:
+        host.port_hold.close()
+        host.port_hold = None
 
 
 def _kill_group(pgid: int, sig: int) -> None:
@@ -226,6 +248,7 @@ class DemoSshServer:
         )
         host.port = host.acceptor.get_port()
         host.down = False
+        _release_port(host)
 
     async def take_down(self, name: str) -> None:
         """The host drops off the network: connections cut, new ones refused."""
@@ -233,6 +256,7 @@ class DemoSshServer:
         host.down = True
         host.drops += 1
         await self._disconnect(host)
+        _hold_port(host)
 
     @staticmethod
     async def _disconnect(host: DemoHost) -> None:
@@ -256,10 +280,9 @@ class DemoSshServer:
             await asyncio.sleep(random.uniform(*host.flap_up))
             await self.take_down(host.name)
             await asyncio.sleep(random.uniform(*host.flap_down))
-            for _ in range(20):
+            while host.acceptor is None:  # a host that stayed down a whole cycle would look dead
                 try:
                     await self.bring_up(host.name)
-                    break
                 except OSError:  # the port is briefly busy: try again shortly
                     await asyncio.sleep(0.5)
 
@@ -371,6 +394,7 @@ class DemoSshServer:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await host.flap_task
             await self._disconnect(host)
+            _release_port(host)
         self.kill_sessions()
         for task in list(self._tasks):
             task.cancel()
