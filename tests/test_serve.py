@@ -230,3 +230,21 @@ def test_the_dashboard_and_the_alert_rules_use_metrics_that_exist() -> None:
         used = set(re.findall(r"\bfleet_[a-z_]+[a-z]\b", (ROOT / doc).read_text()))
         used = {u for u in used if not u.startswith("fleet_console")}
         assert used and used <= names, (doc, used - names)
+
+
+def test_the_fleet_files_alert_rules_are_a_typed_field_of_the_fleet(tmp_path: Path) -> None:
+    """``Fleet.alerts`` is a declared field (no attribute set on the side): mypy sees it, a ``Fleet`` built in
+    code has none, ``dataclasses.replace`` keeps it."""
+    import dataclasses
+
+    from console.inventory import load_fleet
+    from console.inventory.schema import AlertSpec
+
+    assert "alerts" in {f.name for f in dataclasses.fields(Fleet)}
+    assert Fleet(instances=[]).alerts == []
+    path = tmp_path / "fleet.toml"
+    path.write_text('[[instance]]\nname = "a"\nhost = "127.0.0.1"\n\n'
+                    '[[alert]]\nname = "Down"\nstatuses = "benchmark_down"\nbell = true\n')
+    fleet = load_fleet(path)
+    assert [(r.name, r.statuses, r.bell) for r in fleet.alerts] == [("Down", ("benchmark_down",), True)]
+    assert all(isinstance(r, AlertSpec) for r in dataclasses.replace(fleet).alerts)

@@ -317,9 +317,8 @@ class _Builder:
             signatures=signatures,
             imports=imports,
             sources=self.sources(),
+            alerts=self.alerts(),
         )
-        # Fleet has no alerts field yet (records.py): carried as an attribute, read by console.alerts.fleet_alerts
-        setattr(fleet, "alerts", self.alerts())  # noqa: B010
         return fleet
 
     def imported(

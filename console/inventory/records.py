@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from console.inventory.schema import AlertSpec
+
 
 @dataclass(frozen=True)
 class BenchmarkSpec:
@@ -148,6 +150,7 @@ class Fleet:
     signatures: list[SignatureSpec] = field(default_factory=list)
     imports: list[ImportSpec] = field(default_factory=list)  # imports to re-run while the console runs
     sources: list[SourceSpec] = field(default_factory=list)  # [[source]] rows (Prometheus)
+    alerts: list[AlertSpec] = field(default_factory=list)  # [[alert]] rules (console/alerts.py evaluates them)
 
     def get(self, name: str) -> Instance:
         for inst in self.instances:
