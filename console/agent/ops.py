@@ -14,13 +14,13 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Protocol  # typing has Protocol since 3.8
 
-from . import diagnose, probes, restart
+from . import diagnose, probes, restart, signals
 from .config import AgentConfig
 from .gpu import GpuSampler
 from .journal import Journal
 from .logs import LogFollower
 from .procs import ProcSampler
-from .protocol import DiagnosisResult, FrameWriter, ProbeResult, RestartResult, StopResult
+from .protocol import DiagnosisResult, FrameWriter, ProbeResult, RestartResult, SignalResult, StopResult
 
 
 class AgentHost(Protocol):
@@ -119,6 +119,13 @@ def journal_op(agent: AgentHost, args: Dict[str, Any]) -> Dict[str, Any]:
     return {"entries": agent.journal.get(ids)}
 
 
+def signal_op(agent: AgentHost, args: Dict[str, Any]) -> SignalResult:
+    """``{pid, signal: "TERM"|"KILL", start}``: signal one process if it is still the one that started at ``start``
+    (``start_time`` is taken too); refused for pid 1, the agent and its ancestors (see ``signals.send_signal``)."""
+    start = args.get("start", args.get("start_time"))
+    return signals.send_signal(_int(args, "pid", 0), _str(args, "signal"), None if start is None else float(start))
+
+
 def probes_op(agent: AgentHost, args: Dict[str, Any]) -> Dict[str, List[Dict[str, str]]]:
     """``{probes: [{name, title}]}``: the built-in probes."""
     return {"probes": probes.catalog()}
@@ -143,4 +150,5 @@ OPS: Dict[str, Handler] = {
     "probes": probes_op,
     "stop_benchmark": stop_benchmark_op,
     "journal": journal_op,
+    "signal": signal_op,
 }

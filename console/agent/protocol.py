@@ -273,6 +273,15 @@ class RestartResult(StopResult, total=False):
     error: str  # set when the started benchmark died at once
 
 
+class SignalResult(TypedDict):
+    """Op ``signal`` (console/agent/signals.py): TERM or KILL sent to one process, checked against pid reuse."""
+
+    pid: int
+    signal: str  # "TERM" | "KILL"
+    sent: bool
+    alive_after: bool  # still there after the agent watched it briefly
+
+
 class ProtocolError(ValueError):
     """A line that is not a valid frame or request."""
 
