@@ -75,7 +75,8 @@ class ProbeView(TypedDict):
 class GpuState:
     """One device: last sample, static fields (kept from ``full`` frames), util/mem history rings."""
 
-    __slots__ = ("error", "index", "lost", "mem_hist", "missing", "sample", "static", "util_hist")
+    __slots__ = ("error", "index", "lost", "mem_hist", "missing", "power_hist", "sample", "static", "temp_hist",
+                 "util_hist")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -83,6 +84,8 @@ class GpuState:
         self.sample: GpuDevice = {"index": index}  # the last record, ``procs`` filled in when left out
         self.util_hist: Deque[int] = deque(maxlen=HISTORY_SECONDS)
         self.mem_hist: Deque[int] = deque(maxlen=HISTORY_SECONDS)
+        self.temp_hist: Deque[int] = deque(maxlen=HISTORY_SECONDS)  # °C, -1 unknown (the GPU tab's charts)
+        self.power_hist: Deque[int] = deque(maxlen=HISTORY_SECONDS)  # whole watts, -1 unknown
         self.lost = False
         self.missing = False  # was reported before, absent from the latest frame
         self.error: Optional[str] = None
@@ -181,6 +184,9 @@ class InstanceState:
         self.gpu_driver: Optional[str] = None
         self.gpu_message: Optional[str] = None
         self.gpus: Dict[int, GpuState] = {}
+        # receipt time (console clock) of each gpu frame with devices: every GPU's rings get one entry per such
+        # frame (-1 while absent), so they line up with this from the newest end; a freeze is a gap in it
+        self.gpu_ts: Deque[float] = deque(maxlen=HISTORY_SECONDS)
         self.procs: Dict[int, ProcRecord] = {}
         self.procs_version = 0
         self.logs: Dict[str, LogRing] = {}
@@ -609,6 +615,17 @@ def _on_heartbeat(inst: InstanceState, raw: Frame, now: float) -> None:
     inst.last_heartbeat = cast(HeartbeatFrame, raw)
 
 
+_INTS = tuple(range(2048))  # shared int objects: a 10-minute ring of watts costs a pointer a sample, not an int
+
+
+def _small_int(value: Any) -> int:
+    """A GPU reading (°C, W) as a whole number for the history rings; -1 when unknown."""
+    if not isinstance(value, (int, float)) or not -1e9 < value < 1e9:  # (NaN and inf fail the range too)
+        return -1
+    n = int(value + 0.5)
+    return _INTS[n] if 0 <= n < 2048 else n
+
+
 def _on_gpu(inst: InstanceState, raw: Frame, now: float) -> None:
     frame = cast(GpuFrame, raw)
     inst.gpu_state = frame.get("state")
@@ -646,12 +663,19 @@ def _on_gpu(inst: InstanceState, raw: Frame, now: float) -> None:
         gpu.util_hist.append(util if util is not None else -1)
         mem_used, total = dev.get("mem_used"), gpu.static.get("mem_total")
         gpu.mem_hist.append(int(100 * mem_used / total) if mem_used is not None and total else -1)
+        temp, power = dev.get("temp"), dev.get("power")
+        gpu.temp_hist.append(_small_int(temp))
+        gpu.power_hist.append(_small_int(power))
         if gpu.lost or (util is not None and util > IDLE_UTIL):
             all_idle = False
     if len(seen) != len(gpus):
         for index, gpu in gpus.items():
             if index not in seen:
                 gpu.missing = True
+                for ring in (gpu.util_hist, gpu.mem_hist, gpu.temp_hist, gpu.power_hist):
+                    ring.append(-1)  # absent from this frame: the rings stay in step with ``gpu_ts``
+    if devices:
+        inst.gpu_ts.append(now)
     if devices:
         inst._idle_count = inst._idle_count + 1 if all_idle else 0
 
