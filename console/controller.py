@@ -381,6 +381,58 @@ class FleetController:
         self.state.set_probe_result(name, spec.name, data)
         return data
 
+    async def signal_process(
+        self, name: str, pid: int, sig: str, origin: str | None = None, start: float | None = None,
+        reason: str | None = None,
+    ) -> dict[str, Any]:
+        """TERM or KILL one process through the agent (op ``signal``); the caller has confirmed.
+
+        Read-only: refused and audited (``ReadOnlyError``). Otherwise the intent is audited before sending and the
+        outcome after; ``start`` (default: the start time in the fleet state's record) lets the agent refuse a
+        reused pid. Returns ``{ok, data: SignalResult}`` or ``{ok: false, error}``.
+        """
+        action = f"signal:{sig}"
+        inst = self.state.instances.get(name)
+        rec = inst.procs.get(pid) if inst is not None else None
+        if start is None and rec is not None:
+            start = rec.get("start")
+        cmdline = str(rec.get("cmdline") or "")[:200] if rec is not None else ""
+        target: dict[str, Any] = {"pid": pid, "signal": sig, "start": start, "cmdline": cmdline}
+        if self.read_only:
+            self._audit(name, action, "refused", {**target, "why": "read-only"}, **_who(origin, reason))
+            raise ReadOnlyError(f"{sig} to pid {pid}")
+        if inst is not None and inst.agentless:
+            self._audit(name, action, "refused", {**target, "why": "agentless"}, **_who(origin, reason))
+            return {"ok": False, "error": f"{name}: signals need the agent (python3 on the host); agentless mode"}
+        try:
+            action_id = self.audit.intent(name, self._host(name), action, origin=origin, reason=reason)
+        except OSError as exc:
+            return {"ok": False, "error": f"not sent: cannot write the audit log {self.audit.path}: "
+                                          f"{exc.strerror or exc}"}
+        who = {**_who(origin, reason), "action_id": action_id}
+        args = {"pid": pid, "signal": sig, "start": start, "action_id": action_id}
+        note = None
+        try:
+            link = self._link(name)
+            try:
+                answer = await link.request("signal", args, timeout=30.0)
+            except LinkLost as exc:  # sent, then the link dropped: the agent's journal says what it did
+                try:
+                    data = await self._recover_action(name, "signal", action_id)
+                    answer = {"ok": True, "data": data}
+                    note = f"link dropped ({exc}); outcome from the agent's journal"
+                except ActionError as why:
+                    self._audit(name, action, "unknown", {**target, "error": str(why)}, **who, note=str(exc))
+                    return {"ok": False, "error": f"{exc}; outcome unknown: {why}"}
+            if not answer.get("ok"):
+                raise ActionError(f"{name}: {sig} to pid {pid} refused: {answer.get('error')}")
+        except (ActionError, LinkError) as exc:
+            self._audit(name, action, "failed", {**target, "error": str(exc)}, **who)
+            return {"ok": False, "error": str(exc)}
+        data = answer.get("data") or {}
+        self._audit(name, action, "ok", {**target, **data}, **who, note=note)
+        return {"ok": True, "data": data}
+
     def _audit(self, name: str, action: str, outcome: str, result: Any, **meta: Any) -> None:
         """One audit record; ``meta`` (origin, reason, action_id, note) where the log's ``record`` takes it
         (a subclass written before those fields gets the record without them rather than a TypeError)."""
