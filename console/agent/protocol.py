@@ -273,6 +273,31 @@ class RestartResult(StopResult, total=False):
     error: str  # set when the started benchmark died at once
 
 
+class _LogReadBase(TypedDict):
+    path: str
+    lines: List[List[Any]]  # [[lineno, text], ...], oldest first
+    first_line: int  # lines[0]'s number (before_line when nothing comes before it)
+
+
+class LogReadResult(_LogReadBase, total=False):
+    """``read {path, before_line, n}`` (console/agent/logread.py)."""
+
+    total_lines: int  # when the whole file was counted (before_line null)
+
+
+class _LogGrepBase(TypedDict):
+    path: str
+    hits: List[List[Any]]  # [[lineno, text], ...]
+    truncated: bool  # stopped at max_hits, the output budget or the time limit
+    lines: int  # lines scanned
+
+
+class LogGrepResult(_LogGrepBase, total=False):
+    """``grep {path, pattern, max_hits, regex}`` (console/agent/logread.py)."""
+
+    timed_out: bool
+
+
 class SignalResult(TypedDict):
     """Op ``signal`` (console/agent/signals.py): TERM or KILL sent to one process, checked against pid reuse."""
 
