@@ -20,6 +20,7 @@ from console.link import AgentLink, LinkError, SshLink, make_link
 from console.link.base import FAILURES, PERMANENT, LinkLost
 from console.link.validate import BadFrame, check_result
 from console.state import FleetState
+from console.text_safety import clean as clean_text
 
 # Statuses that make the console diagnose an instance on its own (once on entering them, rate-limited).
 AUTO_TROUBLE = frozenset(("benchmark_down", "gpu_idle"))
@@ -381,6 +382,17 @@ class FleetController:
         self.state.set_probe_result(name, spec.name, data)
         return data
 
+    # -- log tools (agent ops read / grep, console/agent/logread.py): host text cleaned here ---------------
+    async def read_log(self, name: str, path: str, before_line: int | None, n: int = 200) -> dict[str, Any]:
+        """Up to ``n`` lines of ``path`` before line ``before_line`` (None: the last n): ``LogReadResult``."""
+        data = await self._request(name, "read", {"path": path, "before_line": before_line, "n": n}, timeout=30.0)
+        return _clean_numbered(data, "lines")
+
+    async def grep_log(self, name: str, path: str, pattern: str, regex: bool = False) -> dict[str, Any]:
+        """The whole file's lines with ``pattern`` on the host (at most 200): ``LogGrepResult``."""
+        data = await self._request(name, "grep", {"path": path, "pattern": pattern, "regex": regex}, timeout=30.0)
+        return _clean_numbered(data, "hits")
+
     async def signal_process(
         self, name: str, pid: int, sig: str, origin: str | None = None, start: float | None = None,
         reason: str | None = None,
@@ -450,6 +462,17 @@ class FleetController:
             return self.fleet.get(name).address
         except KeyError:
             return "?"
+
+
+def _clean_numbered(data: Any, key: str) -> dict[str, Any]:
+    """A read/grep answer with its ``[[lineno, text], ...]`` rows checked and their host text cleaned."""
+    if not isinstance(data, dict):
+        raise ActionError("bad answer from the agent")
+    rows = []
+    for row in data.get(key) or []:
+        if isinstance(row, (list, tuple)) and len(row) == 2 and isinstance(row[0], int):
+            rows.append((row[0], clean_text(row[1])))
+    return {**data, key: rows}
 
 
 def _who(origin: str | None, reason: str | None) -> dict[str, Any]:
