@@ -24,6 +24,7 @@ import asyncssh
 
 from console.agent.protocol import PROTOCOL_VERSION, encode
 from console.inventory import Instance
+from console.link import pace
 from console.link.validate import BadFrame, FloodGuard, check_result, decode
 
 FrameHandler = Callable[[str, dict[str, Any]], None]
@@ -122,6 +123,9 @@ class AgentLink:
         self._connected_at: float | None = None  # monotonic time of the current session's hello
         self.connected_event = asyncio.Event()
         self.last_frame_at = 0.0
+        self.silence_timeout = SILENCE_TIMEOUT  # no line for this long: the session is dead (one watchdog)
+        self._last_line_at = 0.0  # monotonic time of the last line read (the watchdog's only per-line cost)
+        self._watchdog: asyncio.TimerHandle | None = None
         self.console_id = secrets.token_hex(6)  # this link's agents: a new one replaces the old (pidlock)
         self.failed_sessions = 0  # sessions that ended within STABLE_AFTER of their hello, in a row
         self.flood = FloodGuard()
@@ -203,6 +207,8 @@ class AgentLink:
                 break
             connected_at = self._connected_at
             self._connected_at = None
+            if connected_at is not None:
+                pace.drop_record().add()  # many of these at once: a blip; the retries are spread
             if connected_at is not None and time.monotonic() - connected_at >= STABLE_AFTER:
                 self.backoff.reset()  # a session that lasted: the next attempt comes soon
                 self.failed_sessions = 0
@@ -213,9 +219,22 @@ class AgentLink:
             self.attempts += 1
             self._set_status(status, detail)
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), delay)
+            if not await self._pause(delay) and connected_at is not None:
+                # The first retry after a drop: spread by the size of the storm, judged after the base
+                # delay, when the rest of a blip's drops are counted too (a lone drop adds ~5 ms).
+                extra = pace.drop_record().spread()
+                if extra > 0:
+                    self.next_retry_at = time.time() + extra
+                    await self._pause(extra)
             self.next_retry_at = None
+
+    async def _pause(self, delay: float) -> bool:
+        """Wait ``delay`` seconds, or less when ``retry_now()`` wakes the link: True when woken."""
+        try:
+            await asyncio.wait_for(self._wake.wait(), delay)
+        except TimeoutError:
+            return False
+        return True
 
     async def _serve_session(self) -> None:
         self._session = await self._open_session()
@@ -232,20 +251,51 @@ class AgentLink:
         detail = getattr(self._session, "status_detail", None)  # an agentless session says why it is one
         self._set_status("connected", detail or f"agent {hello.get('agent_version')} pid {hello.get('pid')}")
         pinger = asyncio.create_task(self._ping_loop(self._session), name=f"ping:{self.name}")
+        self._last_line_at = time.monotonic()
         try:
-            while not self._stopping:  # also ends a session whose cancellation got lost (wait_for, ready line)
-                line = await self._read_line(SILENCE_TIMEOUT, f"agent silent for {SILENCE_TIMEOUT:.0f} s")
-                pause = self.flood.read(len(line))
-                frame = self._parse(line)
-                if frame is not None and self.flood.admit(frame):
-                    self._deliver(frame)
-                report = self.flood.report()
-                if report is not None:
-                    self._on_frame(self.name, {"type": "error", "ts": time.time(), "message": report})
-                if pause > 0:  # flow control: stop reading; the channel window closes and the host waits
-                    await asyncio.sleep(min(pause, 1.0))
+            async with asyncio.timeout(None) as guard:
+                self._arm_watchdog(guard)
+                await self._read_frames()
+        except TimeoutError:
+            if not guard.expired():
+                raise
+            raise SessionFailed("unreachable", f"agent silent for {self.silence_timeout:.0f} s") from None
         finally:
             pinger.cancel()
+            if self._watchdog is not None:
+                self._watchdog.cancel()
+                self._watchdog = None
+
+    async def _read_frames(self) -> None:
+        """The steady state: each line read, checked, delivered; silence is the watchdog's business."""
+        while not self._stopping:  # also ends a session whose cancellation got lost (ready line)
+            line = await self._read_line(None, "")
+            self._last_line_at = time.monotonic()
+            pause = self.flood.read(len(line))
+            frame = self._parse(line)
+            if frame is not None and self.flood.admit(frame):
+                self._deliver(frame)
+            report = self.flood.report()
+            if report is not None:
+                self._on_frame(self.name, {"type": "error", "ts": time.time(), "message": report})
+            if pause > 0:  # flow control: stop reading; the channel window closes and the host waits
+                await asyncio.sleep(min(pause, 1.0))
+
+    def _arm_watchdog(self, guard: asyncio.Timeout) -> None:
+        """One timer per link instead of one per line: it fires when the session could first have been
+        silent for ``silence_timeout``; if a line came since, it re-arms for the new deadline (so at most once
+        per ``silence_timeout`` while frames flow), else it expires ``guard``, which cancels the read."""
+        loop = asyncio.get_running_loop()
+
+        def check() -> None:
+            now = time.monotonic()
+            if now - self._last_line_at >= self.silence_timeout:
+                self._watchdog = None
+                guard.reschedule(loop.time())
+            else:
+                self._watchdog = loop.call_at(loop.time() + (self._last_line_at + self.silence_timeout - now), check)
+
+        self._watchdog = loop.call_at(loop.time() + self.silence_timeout, check)
 
     async def _ping_loop(self, session: Session) -> None:
         """A ping every PING_EVERY seconds (id 0: its answer is not delivered); the agent's watchdog."""
@@ -255,10 +305,14 @@ class AgentLink:
                 await asyncio.sleep(PING_EVERY)
                 session.write(ping)
 
-    async def _read_line(self, timeout: float, what: str) -> bytes:
+    async def _read_line(self, timeout: float | None, what: str) -> bytes:
+        """One line; ``timeout`` (the hello's) fails with ``what``; None waits (the watchdog guards it)."""
         assert self._session is not None
         try:
-            line = await asyncio.wait_for(self._session.readline(), timeout)
+            if timeout is None:
+                line = await self._session.readline()
+            else:
+                line = await asyncio.wait_for(self._session.readline(), timeout)
         except TimeoutError:
             raise SessionFailed("unreachable", what) from None
         except (asyncssh.Error, OSError, asyncio.IncompleteReadError, ValueError) as exc:

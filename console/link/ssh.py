@@ -23,7 +23,7 @@ import asyncssh
 from console.agentless import host as agentless_host
 from console.agentless import session as agentless_session  # imports link.base/exec only (never this module)
 from console.bundle import agent_bundle
-from console.link import auth, remote
+from console.link import auth, pace, remote
 from console.link.base import (
     PING_EVERY,
     WATCHDOG_PINGS,
@@ -76,12 +76,20 @@ class _SshSession:
 class SshLink(AgentLink):
     """The agent on a remote instance, over one asyncssh connection."""
 
-    def __init__(self, *args: Any, connect_timeout: float | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, connect_timeout: float | None = None, limiter: pace.ConnectLimiter | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.connect_timeout = connect_timeout  # None: the instance's, else ~/.ssh/config's, else 15 s
+        self.limiter = limiter  # None: the process-wide one (``pace.connect_limiter()``, 48 slots)
         self._conn: asyncssh.SSHClientConnection | None = None
         self.host_key_offer: HostKeyOffer | None = None  # an unknown key the operator may accept
         self._upload_needed = False  # the last start found the zipapp missing or changed: upload again
+
+    @property
+    def cipher(self) -> str | None:
+        """The cipher the live connection negotiated (``aes128-gcm@openssh.com`` by default); None if none."""
+        conn = self._conn
+        return None if conn is None else str(conn.get_extra_info("send_cipher"))
 
     @property
     def known_hosts_path(self) -> Path:
@@ -172,10 +180,18 @@ class SshLink(AgentLink):
                 "verify it and accept it in the instance screen (creates the file), or set accept_new_host_key = true"))
         return SessionFailed("hostkey_unknown", where + offer.describe())
 
+    def _connect_slot(self) -> pace.ConnectLimiter:
+        """The limiter this link's handshakes go through; while it is full the status says "queued"."""
+        limiter = self.limiter or pace.connect_limiter()
+        if limiter.full and self.status == "connecting":
+            self._set_status("connecting", f"{self.instance.address} (queued)")
+        return limiter
+
     async def check_login(self) -> tuple[str, str]:
         """Log in once and out again, starting nothing: ``("ok", how)`` or a failure ``(status, detail)``."""
         try:
-            conn = await self._connect()
+            async with self._connect_slot().slot():
+                conn = await self._connect()
         except SessionFailed as exc:
             return exc.status, exc.detail
         try:
@@ -215,6 +231,11 @@ class SshLink(AgentLink):
                 "--journal", journal_key(self.name), "--watchdog", str(PING_EVERY * WATCHDOG_PINGS)]
 
     async def _open_session(self) -> Session:
+        """Connect, log in and start the agent, holding a connect slot (not for the session's life)."""
+        async with self._connect_slot().slot():
+            return await self._start_session()
+
+    async def _start_session(self) -> Session:
         conn = await self._connect()
         try:
             probe = await self._probe_host(conn)
