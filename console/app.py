@@ -155,8 +155,14 @@ class FleetApp(App):
         grid = FleetGrid(self.state, id="grid")
         grid.fleet_file = str(getattr(getattr(self.controller, "fleet", None), "source", "") or "")
         grid.retry_at = self.retry_at
-        yield grid
-        yield table_from_settings(self.state, grid)  # v: the table view (widgets/fleet_table.py)
+        from textual.containers import Horizontal
+
+        from widgets.detail_pane import DetailPane
+
+        with Horizontal(id="fleet-body"):  # grid or table, and the selected instance beside it from 160 columns
+            yield grid
+            yield table_from_settings(self.state, grid)  # v: the table view (widgets/fleet_table.py)
+            yield DetailPane(self.state, grid, id="detail")  # (widgets/detail_pane.py: shows itself when wide)
         yield Footer()
 
     @property
