@@ -60,6 +60,13 @@ _FIELD_CODES = {
     27,  # NOT_READY
 }
 _NO_DRIVER_CODES = {9, 12}  # DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND
+# Detail level "summary" (an instance the console does not show): a frame only when a figure moved this much
+# since the last frame sent, a device was lost or came back, its processes changed, or SUMMARY_EVERY passed.
+SUMMARY_EVERY = 5.0
+SUMMARY_UTIL = 5  # points of util / mem_util
+SUMMARY_MEM = 0.01  # of the device's memory
+SUMMARY_TEMP = 2  # degrees C
+SUMMARY_POWER = 0.05  # of the last power sent
 _NOT_AVAILABLE = (1 << 64) - 1  # NVML_VALUE_NOT_AVAILABLE_ulonglong
 
 
@@ -221,6 +228,9 @@ class GpuSampler:
         self.lost_retry: Optional[float] = float(retry) if isinstance(retry, (int, float)) else None
         self.mapper = PidMapper(gpu_config.get("dev_dir"), trust_unverified=self.simulated)
         self._sent_mapping: Optional[str] = None
+        self.summary = False  # detail level "summary": slim frames only on change (``_summary_due``)
+        self._sent_records: Optional[List[GpuDevice]] = None  # the devices of the last frame sent
+        self._sent_at = 0.0
         self._init()
 
     @property
@@ -318,6 +328,9 @@ class GpuSampler:
                 dev.unsupported.clear()
         self._mem_by_pid = sum_memory_by_pid(dev.procs for dev in self.devices)
         self._last_records = records
+        if self.summary and not full and not self._summary_due(records, now):
+            return None  # nothing sent: the next slim frame is still relative to the last one sent
+        self._sent_records, self._sent_at = records, now
         if full:
             for dev, record in zip(self.devices, records):
                 dev.sent_procs, dev.sent_mig = record["procs"], record.get("mig")
@@ -330,6 +343,27 @@ class GpuSampler:
         mapping = self.mapper.mapping
         changed, self._sent_mapping = mapping != self._sent_mapping, mapping
         return slim_gpu_frame(slim, mapping if changed else None)
+
+    def _summary_due(self, records: List[GpuDevice], now: float) -> bool:
+        """At detail "summary": is this sample worth a frame (a figure moved beyond its threshold since the
+        last frame sent, a device was lost or came back, its processes changed, or SUMMARY_EVERY passed)?"""
+        sent = self._sent_records
+        if sent is None or len(sent) != len(records) or now - self._sent_at >= SUMMARY_EVERY:
+            return True
+        for dev, old, new in zip(self.devices, sent, records):
+            if bool(old.get("lost")) != bool(new.get("lost")):
+                return True
+            if [p.get("pid") for p in old.get("procs") or ()] != [p.get("pid") for p in new.get("procs") or ()]:
+                return True
+            total = (dev.static or {}).get("mem_total")
+            power = old.get("power")
+            if (_moved(old.get("util"), new.get("util"), SUMMARY_UTIL)
+                    or _moved(old.get("mem_util"), new.get("mem_util"), SUMMARY_UTIL)
+                    or _moved(old.get("mem_used"), new.get("mem_used"), total * SUMMARY_MEM if total else 1 << 20)
+                    or _moved(old.get("temp"), new.get("temp"), SUMMARY_TEMP)
+                    or _moved(power, new.get("power"), max(1.0, abs(power or 0.0) * SUMMARY_POWER))):
+                return True
+        return False
 
     def _driver_gone(self, message: str, now: float) -> Dict[str, Any]:
         """A device call said the driver is gone: state no_gpu, NVML initialized again after ``_retry`` s."""
@@ -480,6 +514,13 @@ class GpuSampler:
             }
             out.append(inst)
         return out
+
+
+def _moved(old: Any, new: Any, limit: float) -> bool:
+    """A figure appeared, went away, or changed by ``limit`` or more."""
+    if old is None or new is None:
+        return (old is None) != (new is None)
+    return abs(float(new) - float(old)) >= limit
 
 
 def _gpu_procs(raw: Optional[List[Any]]) -> List[GpuProc]:

@@ -16,7 +16,11 @@ line is waiting).  Per file and poll it sends at most one ``log`` frame with the
   ``[... N lines skipped ...]`` marker line (numbered as the last skipped line; ``skipped: N``);
 - on start each existing file sends its last ``backlog_lines`` lines (``backlog: true``), read
   backwards from the end; numbering the lines counts newlines in 1 MiB blocks (never the whole file
-  in memory).
+  in memory);
+- at detail level "summary" (op ``detail``: the console does not show this host) the agent keeps polling
+  but ``hold``s the frames instead of sending them: merged per file, at most ``backlog_lines`` lines per
+  file (older ones become the ``[... N lines skipped ...]`` marker); ``release()`` hands them out when
+  the level goes back to "full", so the console gets what it missed, in order, numbered as ever.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ MISSING_FORGET = 60.0  # a discovered file missing this long is no longer follow
 READ_CHUNK = 1 << 20
 MAX_READ_PER_POLL = 8 << 20
 TAIL_MAX_BYTES = 2 << 20
+MAX_HELD_FRAMES = 16  # per file at detail "summary" (frames that cannot merge: events, bursts); oldest dropped
 
 
 def clean_line(raw: bytes, max_chars: int) -> str:
@@ -95,6 +100,7 @@ class LogFollower:
         self._started = False
         self._next_discover = 0.0
         self._seen_names: Optional[set] = None  # *.log paths present at the previous scan
+        self._held: Dict[str, List[Dict[str, Any]]] = {}  # detail "summary": frames not sent yet, per file
 
     # -- discovery ------------------------------------------------------------------------------
     def _discover(self, now: float) -> None:
@@ -295,6 +301,65 @@ class LogFollower:
     def close(self) -> None:
         for f in self.files.values():
             f.close()
+
+    # -- detail level "summary" -----------------------------------------------------------------
+    def hold(self, frames: List[Dict[str, Any]]) -> None:
+        """Keep ``frames`` (what ``poll`` gave) instead of sending them: merged per file while the numbering
+        runs on, at most ``backlog_lines`` lines per file (the oldest become a skipped marker)."""
+        cap = max(1, self.backlog_lines)
+        for frame in frames:
+            held = self._held.setdefault(frame["path"], [])
+            last = held[-1] if held else None
+            cut = frame["first_line"] - last["first_line"] if last is not None else -1
+            if (last is not None and frame.get("event") is None and not frame.get("skipped")
+                    and 0 <= cut <= len(last["lines"])):
+                last["lines"] = last["lines"][:cut] + frame["lines"]  # lines sent again (partial) replace theirs
+                last.pop("partial", None)
+                if frame.get("partial"):
+                    last["partial"] = True
+            else:
+                held.append(dict(frame, lines=list(frame["lines"])))
+            _trim_held(held, cap)
+
+    def release(self) -> List[Dict[str, Any]]:
+        """The held frames, in order (back at detail "full"); nothing is held after."""
+        out = [frame for held in self._held.values() for frame in held]
+        self._held = {}
+        return out
+
+    @property
+    def held_lines(self) -> int:
+        return sum(len(f["lines"]) for held in self._held.values() for f in held)
+
+
+def _trim_held(held: List[Dict[str, Any]], cap: int) -> None:
+    """Cut a file's held frames to ``cap`` lines: the oldest lines become (or join) a skipped marker."""
+    while len(held) > MAX_HELD_FRAMES:
+        held.pop(0)
+    excess = sum(len(f["lines"]) - (1 if f.get("skipped") else 0) for f in held) - cap
+    i = 0
+    while excess > 0 and i < len(held):
+        f = held[i]
+        skipped = int(f.get("skipped") or 0)
+        body = f["lines"][1:] if skipped else f["lines"]
+        drop = min(excess, len(body))
+        if drop == 0:
+            i += 1
+            continue
+        excess -= drop
+        first = f["first_line"] + (1 if skipped else 0) + drop  # the first line kept
+        f["lines"] = ["[... %d lines skipped ...]" % (skipped + drop), *body[drop:]]
+        f["first_line"], f["skipped"] = first - 1, skipped + drop
+        nxt = held[i + 1] if i + 1 < len(held) else None
+        if (len(f["lines"]) == 1 and f.get("event") is None and nxt is not None and nxt.get("event") is None
+                and nxt.get("skipped")):
+            # nothing of it left but the marker: its count joins the next frame's marker (the same numbering)
+            n = int(nxt["skipped"]) + f["skipped"]
+            nxt["lines"][0] = "[... %d lines skipped ...]" % n
+            nxt["skipped"] = n
+            held.pop(i)
+            continue
+        i += 1
 
 
 def backlog_frame(f: Any, lines: List[str], first_line: int, max_chars: int) -> Dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional
 
 from . import AGENT_VERSION
 from . import config as agent_config
-from .config import AgentConfig, plain
+from .config import AgentConfig, compile_patterns, plain
 from .gpu import GpuSampler
 from .journal import Journal
 from .logs import LogFollower
@@ -24,6 +24,9 @@ from .ops import OPS, Handler
 from .pidlock import take_over
 from .procs import ProcSampler
 from .protocol import PROTOCOL_VERSION, FrameWriter, ProtocolError, decode_request
+
+LEVELS = ("full", "summary")  # op ``detail``: what the console wants of this host (see ``Agent.level``)
+SUMMARY_PROCS_EVERY = 5.0  # seconds between process samples at "summary" (the benchmark-up check)
 
 
 class Agent:
@@ -46,6 +49,14 @@ class Agent:
         self.samples = 0
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="request")
         self._error_quiet_until: Dict[str, float] = {}
+        # Detail level: "full" (every stream, the default) or "summary" (the console does not show this host:
+        # GPU frames on change or every 5 s, the benchmark's processes every 5 s, log lines held until "full").
+        # The op sets ``wanted_level`` (a request thread); the loop applies it (``_apply_level``).
+        self.level = "full"
+        self.wanted_level = "full"
+        bench = config.get("benchmark") or {}
+        self._bench_patterns = compile_patterns(bench.get("match")) + compile_patterns(bench.get("entrypoint"))
+        self._next_summary_procs = 0.0
 
     # -- frames ---------------------------------------------------------------------------------
     def hello(self) -> None:
@@ -69,17 +80,57 @@ class Agent:
         }
 
     def sample_once(self) -> None:
-        """One GPU + process sample, each sent as a frame (processes only when changed)."""
+        """One GPU + process sample, each sent as a frame (processes only when changed).
+
+        At "summary" the GPU sampler sends only what moved (``GpuSampler.summary``) and the processes are
+        sampled every SUMMARY_PROCS_EVERY s, sending only the benchmark's and the GPU's when they changed."""
         gpu_frame = self._guarded("gpu", self.gpu.sample)
         if gpu_frame is not None:
             self.writer.send("gpu", **gpu_frame)
-        procs_frame = self._guarded("procs", lambda: self.procs.sample(self.gpu.memory_by_pid()))
+        if self.level == "full":
+            procs_frame = self._guarded("procs", lambda: self.procs.sample(self.gpu.memory_by_pid()))
+        else:
+            procs_frame = self._guarded("procs", self._summary_procs)
         if procs_frame is not None:
             self.writer.send("procs", **procs_frame)
         self.samples += 1
 
+    def _summary_procs(self) -> Optional[Dict[str, Any]]:
+        now = time.monotonic()
+        if now < self._next_summary_procs:
+            return None
+        self._next_summary_procs = now + SUMMARY_PROCS_EVERY
+        mem = self.gpu.memory_by_pid()
+        self.procs.sample(mem)  # keeps the sampler's picture current (its own frame is not sent)
+        return self.procs.summary(self._bench_patterns, mem)
+
     def poll_logs(self) -> None:
-        for frame in self._guarded("logs", self.logs.poll) or ():
+        frames = self._guarded("logs", self.logs.poll) or []
+        if self.level != "full":
+            self.logs.hold(frames)  # followed as ever, sent when the console shows this host again
+            return
+        for frame in frames:
+            self.writer.send("log", **frame)
+
+    def set_level(self, level: str) -> str:
+        """Op ``detail``: the level the console wants (applied by the loop within a log interval)."""
+        if level not in LEVELS:
+            raise ValueError("unknown detail level %r (one of %s)" % (level, ", ".join(LEVELS)))
+        self.wanted_level = level
+        return level
+
+    def _apply_level(self) -> None:
+        """Switch to ``wanted_level`` (the loop's thread: the samplers are not shared with request threads)."""
+        level = self.wanted_level
+        if level == self.level:
+            return
+        self.level = level
+        self.gpu.summary = level == "summary"
+        if level == "summary":
+            self._next_summary_procs = 0.0
+            return
+        self.procs.reset()  # the console holds a subset: the whole tree again, at the next sample
+        for frame in self.logs.release():  # the lines missed while at "summary", in order
             self.writer.send("log", **frame)
 
     def _guarded(self, what: str, sample: Any) -> Any:
@@ -162,6 +213,9 @@ class Agent:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 break
+            if self.wanted_level != self.level:
+                self._apply_level()
+                next_sample = now  # back at "full": the whole picture at once
             if now >= next_sample:
                 self.sample_once()
                 next_sample = max(next_sample + interval, now + interval / 2)
@@ -174,7 +228,8 @@ class Agent:
                                      % (now - self.last_heard))
                     break
                 seq += 1
-                self.writer.send("heartbeat", seq=seq, samples=self.samples, sent=self.writer.bytes_sent)
+                extra = {"level": self.level} if self.level != "full" else {}
+                self.writer.send("heartbeat", seq=seq, samples=self.samples, sent=self.writer.bytes_sent, **extra)
                 next_hb = now + hb_interval
             wake = min(next_sample, next_log, next_hb)
             self.stop_event.wait(max(0.0, wake - time.monotonic()))

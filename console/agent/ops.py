@@ -20,7 +20,7 @@ from .gpu import GpuSampler
 from .journal import Journal
 from .logs import LogFollower
 from .procs import ProcSampler
-from .protocol import DiagnosisResult, FrameWriter, ProbeResult, RestartResult, SignalResult, StopResult
+from .protocol import DetailResult, DiagnosisResult, FrameWriter, ProbeResult, RestartResult, SignalResult, StopResult
 
 
 class AgentHost(Protocol):
@@ -34,6 +34,8 @@ class AgentHost(Protocol):
     procs: ProcSampler
     logs: LogFollower
     journal: Journal
+
+    def set_level(self, level: str) -> str: ...  # op ``detail``
 
 
 Handler = Callable[[AgentHost, Dict[str, Any]], Any]
@@ -148,6 +150,11 @@ def grep_log_op(agent: AgentHost, args: Dict[str, Any]) -> Dict[str, Any]:
                         _followed(agent))
 
 
+def detail_op(agent: AgentHost, args: Dict[str, Any]) -> DetailResult:
+    """``{level: "full" | "summary"}``: how much this host sends (the console lowers it for hosts off screen)."""
+    return {"level": agent.set_level(_str(args, "level") or "full")}
+
+
 def probes_op(agent: AgentHost, args: Dict[str, Any]) -> Dict[str, List[Dict[str, str]]]:
     """``{probes: [{name, title}]}``: the built-in probes."""
     return {"probes": probes.catalog()}
@@ -175,4 +182,5 @@ OPS: Dict[str, Handler] = {
     "signal": signal_op,
     "read": read_log_op,
     "grep": grep_log_op,
+    "detail": detail_op,
 }

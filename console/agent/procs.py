@@ -69,6 +69,7 @@ from .frames import (
     wchan_text,
 )
 from .frames import parse_stat as _parse_stat  # a module global here: tests count the parses through it
+from .procmatch import matches_program
 from .protocol import ProcRecord
 
 try:  # optional
@@ -86,6 +87,7 @@ LIST_EVERY = 30.0  # /proc is listed at least this often even when /proc/loadavg
 WCHAN_MAX_AGE = 2.5  # seconds a process's wchan is reused while its state letter stays the same
 WCHAN_IDLE_AGE = 30.0  # ... while the process did not run (or its whole /proc/PID/stat stayed byte-identical)
 STAT_MAX_AGE = 60.0  # a single-threaded process that did not run (schedstat): its stat is read at least this often
+SUMMARY_RESEND = 30.0  # detail "summary": the subset frame comes again this often (fresh cpu/rss) if unchanged
 HOLD_FDS = 1024  # /proc/PID/{stat,schedstat} files kept open between readings (at most a quarter of RLIMIT_NOFILE)
 
 _PSUTIL_STATES = {
@@ -509,12 +511,45 @@ class ProcSampler:
         self._full = True
         self._primed = False
         self._random = random.Random(os.getpid()).random
+        self._summary_key: Optional[tuple] = None  # the subset last sent at detail "summary" (``summary``)
+        self._summary_next = 0.0
+        self._matched: Dict[int, Tuple[str, float, bool]] = {}  # pid -> (cmdline, start, matches the benchmark)
         self.reads = 0  # stat reads done (for benchmarks and tests)
         self.listings = 0  # listings of /proc done (for benchmarks and tests)
 
     def reset(self) -> None:
         """Send the whole tree again on the next sample."""
         self._full = True
+        self._summary_key = None
+
+    def summary(self, patterns: List[Any], gpu_mem_by_pid: Optional[Dict[int, Any]] = None) -> Optional[Dict[str, Any]]:
+        """Detail "summary" (an instance the console does not show), after ``sample()``: the benchmark's processes
+        (``patterns``: its match and entrypoint) and the GPU's, as one ``full`` frame marked ``subset``, when that
+        set changed (or every SUMMARY_RESEND s); None otherwise. The console's "benchmark up/down" stays true;
+        the next sample after ``reset()`` (back to "full") sends the whole tree again."""
+        gpu_mem = gpu_mem_by_pid or {}
+        now = time.monotonic()
+        old, matched = self._matched, {}
+        keep: List[_Entry] = []
+        for pid in sorted(self._visible):
+            e = self._entries.get(pid)
+            if e is None:
+                continue
+            hit = old.get(pid)
+            if hit is None or hit[0] != e.cmdline or hit[1] != e.start:
+                rec = {"name": e.name, "cmdline": e.cmdline}
+                hit = (e.cmdline, e.start, bool(patterns) and matches_program(rec, patterns))
+            matched[pid] = hit
+            if hit[2] or pid in gpu_mem:
+                keep.append(e)
+        self._matched = matched
+        key = tuple((e.pid, e.start, e.cmdline) for e in keep)
+        if key == self._summary_key and now < self._summary_next:
+            return None
+        self._summary_key, self._summary_next = key, now + SUMMARY_RESEND
+        frame = full_procs_frame([e.record(gpu_mem.get(e.pid)) for e in keep])
+        frame["subset"] = True
+        return frame
 
     def close(self) -> None:
         """Close the /proc files held open between readings."""

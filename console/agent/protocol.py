@@ -110,6 +110,7 @@ class HeartbeatFrame(_FrameBase, total=False):
     seq: int
     samples: int
     sent: int
+    level: str  # only while not "full": the detail level the console asked for (op ``detail``)
 
 
 class _GpuFrameBase(_FrameBase):
@@ -146,6 +147,7 @@ class ProcsFrame(_FrameBase, total=False):
     procs: List[ProcRecord]  # when full
     upsert: List[ProcRecord]  # when not full
     gone: List[int]
+    subset: bool  # with full: only the benchmark's (match/entrypoint) and GPU processes (detail "summary")
 
 
 class _LogFrameBase(_FrameBase):
@@ -305,6 +307,12 @@ class SignalResult(TypedDict):
     signal: str  # "TERM" | "KILL"
     sent: bool
     alive_after: bool  # still there after the agent watched it briefly
+
+
+class DetailResult(TypedDict):
+    """Op ``detail {level}``: the level the agent now sends at ("full" | "summary"; agentless: always "full")."""
+
+    level: str
 
 
 class ProtocolError(ValueError):
