@@ -9,6 +9,12 @@ few seconds, so a killed console leaves a readable file (the reader stops at the
 ``fleet-console replay FILE`` feeds a fresh ``FleetState`` from the file on a virtual clock and opens the
 usual console on it (``FleetApp`` with :class:`ReplaySource` as its controller): pause, seek, speed.
 Replayed, the state derives the same statuses at the same recorded times, so the transitions match.
+
+The widgets age what they show by the wall clock (``time.time() - inst.last_frame``: "12s ago", "last
+seen", the GPU charts). So that a replay of yesterday shows ages as they were at that point of the
+recording, every time the replayed state holds is the recorded one plus ``shift`` (wall clock minus replay
+position), and :meth:`ReplaySource.align` moves them all when that difference changes (paused, another
+speed, a seek): the console itself needs no clock of its own.
 """
 
 from __future__ import annotations
@@ -151,15 +157,61 @@ def read_header(path: Path) -> dict[str, Any]:
 class ReplayState(ObservedState):
     """A fleet state on the replay's clock: the app's ``tick(time.time())`` is taken at the replay's time.
 
-    An ``ObservedState``, so a replay sees its transitions by the same rule as the live console recorded them.
+    ``virtual_now`` is the recording's time; what the state stores is that plus ``shift`` (see
+    :meth:`ReplaySource.align`), so the widgets' wall-clock ages are the recording's. An ``ObservedState``,
+    so a replay sees its transitions by the same rule as the live console recorded them.
     """
 
     def __init__(self) -> None:
         self.virtual_now = 0.0
-        super().__init__(clock=lambda: self.virtual_now)
+        self.shift = 0.0  # added to the recording's times in everything the state holds
+        super().__init__(clock=lambda: self.virtual_now + self.shift)
 
     def tick(self, now: float | None = None) -> None:
-        super().tick(self.virtual_now)
+        super().tick(self.virtual_now + self.shift)
+
+    def reshift(self, delta: float) -> None:
+        """Move every console-clock time the state holds by ``delta`` (statuses and relative ages unchanged)."""
+        self.shift += delta
+        for inst in self.instances.values():
+            shift_instance(inst, delta)
+
+
+# the InstanceState fields on the console's clock (a field added there must be added here: the test in
+# tests/test_replay_clock.py compares a shifted state with one fed shifted and names what differs)
+_TIMES = ("link_since", "connected_at", "last_frame", "diagnosis_at", "restarted_at", "gpu_at")
+_TIME_RINGS = ("reconnects", "gpu_ts")
+
+
+def _shift_ring(ring: Any, delta: float) -> None:
+    items = list(ring)
+    ring.clear()
+    ring.extend(t + delta for t in items)
+
+
+def shift_instance(inst: Any, delta: float) -> None:
+    """``inst``'s console-clock times moved by ``delta``; its host-clock offset the other way."""
+    for name in _TIMES:
+        value = getattr(inst, name, None)
+        if value is not None:
+            setattr(inst, name, value + delta)
+    if inst.updated_at:
+        inst.updated_at += delta
+    inst.clock_offset -= delta  # host clock minus ours: process start times stay where they were
+    for name in _TIME_RINGS:
+        ring = getattr(inst, name, None)
+        if ring is not None:
+            _shift_ring(ring, delta)
+    for ring in inst.notified.values():
+        _shift_ring(ring, delta)
+    errors = list(inst.errors)
+    inst.errors.clear()
+    inst.errors.extend((t + delta, text) for t, text in errors)
+    for log in inst.logs.values():
+        if log.updated:
+            log.updated += delta
+    for probe in inst.probes.values():
+        probe["at"] += delta
 
 
 class ReplaySource:
@@ -173,6 +225,7 @@ class ReplaySource:
     read_only = True
     demo = False
     PLAYBACK_TICK: ClassVar[float] = 0.05  # seconds of wall time between feeding steps
+    ALIGN_SLACK: ClassVar[float] = 0.2  # seconds the state's times may lag the wall clock before they move
 
     def __init__(self, path: Path, speed: float = 1.0, start_at: float = 0.0, paused: bool = False) -> None:
         self.path = Path(path)
@@ -187,6 +240,7 @@ class ReplaySource:
         self.paused = paused
         self.position = self.started_at + max(0.0, start_at)  # the virtual time the state has been fed up to
         self.transitions: list[tuple[float, str, str, str]] = []  # (t, name, old, new) as replayed
+        self.transition_at: dict[str, float] = {}  # name -> recording time of its last replayed transition
         self.recorded: list[tuple[float, str, str, str]] = []  # the ``tr`` lines read so far
         self._reset()
         self._task: asyncio.Task[None] | None = None
@@ -196,14 +250,17 @@ class ReplaySource:
     def _reset(self) -> None:
         self.state.instances.clear()
         self.state.order_version += 1
+        shift, self.state.shift = self.state.shift, 0.0
         for inst in self.instances:
             self.state.add_instance(inst)
+        self.state.reshift(shift)  # fresh instances on the same footing (their host clock offset)
         self.state.seen.clear()
         self._records = read_records(self.path)
         next(self._records, None)  # the header
         self._pending: dict[str, Any] | None = None
         self.state.virtual_now = self.started_at
         self.transitions.clear()
+        self.transition_at.clear()
         self.recorded.clear()
 
     def _apply(self, rec: dict[str, Any]) -> None:
@@ -212,7 +269,7 @@ class ReplaySource:
         state.virtual_now = t
         name = rec.get("n")
         if kind == "frame":
-            state.apply_frame(name, rec["f"], now=t)  # type: ignore[arg-type]
+            state.apply_frame(name, rec["f"], now=t + state.shift)  # type: ignore[arg-type]
         elif kind == "link":
             state.set_link_status(name, rec.get("s") or "", rec.get("d") or "")  # type: ignore[arg-type]
         elif kind == "diag":
@@ -225,7 +282,9 @@ class ReplaySource:
             self.recorded.append((t, str(name), str(rec.get("o")), str(rec.get("s"))))
 
     def on_transition(self, name: str, old: str, new: str, detail: str, now: float) -> None:
-        self.transitions.append((now, name, old, new))
+        # at the recording's time (``now`` is shifted): the same times as the ``tr`` lines
+        self.transitions.append((self.state.virtual_now, name, old, new))
+        self.transition_at[name] = self.state.virtual_now
 
     def feed_until(self, until: float) -> bool:
         """Apply every record up to virtual time ``until``; False at the end of the file."""
@@ -278,6 +337,18 @@ class ReplaySource:
             self.finished = False
         self.feed_until(position)
         self.position = position
+        self.align()
+
+    def align(self, wall: float | None = None) -> None:
+        """Make the state's times the recording's as seen from now: ``shift`` = wall clock - replayed time.
+
+        Playing at speed 1 this holds by itself; paused, at another speed or after a seek the difference
+        moves, and once it is more than ``ALIGN_SLACK`` every stored time moves with it (cheap: a few
+        fields and rings per instance), so "12s ago" stays what it was at this point of the recording.
+        """
+        want = (time.time() if wall is None else wall) - self.state.virtual_now  # (the end, past it)
+        if abs(want - self.state.shift) >= self.ALIGN_SLACK:
+            self.state.reshift(want - self.state.shift)
 
     @property
     def offset(self) -> float:
@@ -288,6 +359,7 @@ class ReplaySource:
     async def start(self, names: list[str] | None = None) -> None:
         if self._task is None:
             self.feed_until(self.position)
+            self.align()
             self._task = asyncio.get_running_loop().create_task(self._play(), name="replay")
 
     async def _play(self) -> None:
@@ -298,6 +370,7 @@ class ReplaySource:
             if not self.paused and not self.finished:
                 self.position += (now - last) * self.speed
                 self.feed_until(self.position)
+            self.align()
             last = now
 
     async def stop(self) -> None:
@@ -355,6 +428,14 @@ def make_replay_app(source: ReplaySource, theme: str | None = None) -> Any:
         def paint_frame(self) -> None:
             self._header_key = None  # the position moves every frame
             super().paint_frame()
+
+        def report_events(self, events: list[tuple[Any, ...]]) -> None:
+            """The timeline (e) says when a change happened in the recording, not when it was replayed."""
+            super().report_events(events)
+            entries = self.session_events
+            for i in range(max(0, len(entries) - len(events)), len(entries)):
+                _, name, text = entries[i]
+                entries[i] = (source.transition_at.get(name, source.state.virtual_now), name, text)
 
         def action_replay_pause(self) -> None:
             source.toggle()
