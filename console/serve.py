@@ -351,6 +351,13 @@ class MonitoredController(FleetController):
             await self.monitoring.stop()
         await super().stop()
 
+    async def reload(self) -> str:
+        """The fleet file again (an edit, SIGHUP, R in the TUI): its one line goes to the log too, so that
+        ``serve``'s journal says what a reload added and removed, or why the file was not taken."""
+        line = await super().reload()
+        (log.warning if "not reloaded" in line else log.info)("%s", line)
+        return line
+
 
 # -- the headless run ----------------------------------------------------------------------------------------
 
@@ -398,7 +405,10 @@ async def run_fleet_headless(
         await controller.start()
         yield controller, stopping
     finally:
-        for sig in stop_signals:
+        if controller is not None:  # the fleet file's watch first: its SIGHUP handler goes, and is ignored below
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(controller.watch.stop())
+        for sig in dict.fromkeys((*stop_signals, signal.SIGHUP)):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.remove_signal_handler(sig)
                 signal.signal(sig, signal.SIG_IGN)
@@ -476,11 +486,21 @@ def run_serve(args: argparse.Namespace) -> int:
         monitoring = monitoring_from_args(args, fleet, DEFAULT_PORT, history=True,
                                           auto_diagnose=not args.no_auto_diagnose, log_transitions=True)
         monitorings.append(monitoring)
-        return MonitoredController(fleet, monitoring, read_only=args.read_only, demo=demo)
+        # as the TUI: the fleet file is followed (edits, SIGHUP: systemd's ExecReload=kill -HUP $MAINPID)
+        return MonitoredController(fleet, monitoring, read_only=args.read_only, demo=demo, watch=not demo)
+
+    # a fleet file: SIGHUP reloads it (console/fleet_watch.py takes the signal once the links start; until
+    # then it is ignored, not fatal); the demo has no file, so there SIGHUP stops serve as TERM does
+    stop_signals = (signal.SIGTERM, signal.SIGINT) + ((signal.SIGHUP,) if args.demo else ())
 
     async def main() -> int:
+        if not args.demo:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                asyncio.get_running_loop().add_signal_handler(
+                    signal.SIGHUP, lambda: log.info("SIGHUP while starting: the fleet file is read already"))
         try:
-            async with run_fleet_headless(fleet, make, args.instances if args.demo else None) as (controller, stop):
+            async with run_fleet_headless(fleet, make, args.instances if args.demo else None,
+                                          stop_signals=stop_signals) as (controller, stop):
                 log.info("serving %d instances from %s%s", len(controller.fleet.instances),
                          controller.fleet.source, " (read-only)" if args.read_only else "")
                 if mcp_at is None:

@@ -15,6 +15,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -248,3 +249,65 @@ def test_the_fleet_files_alert_rules_are_a_typed_field_of_the_fleet(tmp_path: Pa
     fleet = load_fleet(path)
     assert [(r.name, r.statuses, r.bell) for r in fleet.alerts] == [("Down", ("benchmark_down",), True)]
     assert all(isinstance(r, AlertSpec) for r in dataclasses.replace(fleet).alerts)
+
+
+def _fleet_text(sshd: Sshd, *names: str) -> str:
+    """Agentless instances on the sshd (``python`` points nowhere): the test is about links and metrics."""
+    head = (f'[defaults]\nuser = "{sshd.user}"\nkey = "{sshd.client_key_path}"\nknown_hosts = "{sshd.known_hosts}"\n'
+            'python = "/nonexistent/python3"\nwatch_dirs = []\n\n')
+    return head + "".join(f'[[instance]]\nname = "{n}"\nhost = "127.0.0.1"\nport = {sshd.port}\n\n' for n in names)
+
+
+def _replace(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def test_serve_follows_fleet_file_edits_and_sighup(sshd: Sshd, tmp_path: Path) -> None:
+    """``serve --fleet FILE``: an instance added to the file gets a link and metrics, a removed one leaves
+    /metrics; SIGHUP (systemd's ExecReload) reloads and serve keeps running; each reload is one log line."""
+    path = tmp_path / "fleet.toml"
+    _replace(path, _fleet_text(sshd, "a"))
+    env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
+    env.update(HOME=str(tmp_path), FLEET_CONSOLE_STATE_DIR=str(tmp_path / "state"), PYTHONPATH=str(ROOT))
+    err_path = tmp_path / "serve.err"
+    err = err_path.open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "console", "serve", "--fleet", str(path), "--metrics-port", "0",
+                             "--no-history", "--no-auto-diagnose"],
+                            stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=tmp_path)
+
+    def ups() -> dict[str, float]:
+        m = re.search(r"metrics on (http://127\.0\.0\.1:\d+/metrics)", err_path.read_text())
+        if not m:
+            return {}
+        return {dict(ls)["name"]: v for (n, ls), v in scrape(m.group(1)).items() if n == "fleet_instance_up"}
+
+    def wait(pred: Any, what: str, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not pred():
+            assert proc.poll() is None, f"serve exited ({what}):\n{err_path.read_text()}"
+            assert time.monotonic() < deadline, f"timed out: {what}\n{err_path.read_text()}"
+            time.sleep(0.3)
+
+    try:
+        wait(lambda: ups() == {"a": 1.0}, "a up")
+        _replace(path, _fleet_text(sshd, "a", "b"))
+        wait(lambda: ups() == {"a": 1.0, "b": 1.0}, "b added by the edit, up")
+        assert "reloaded: 2 instances; added b" in err_path.read_text()
+        _replace(path, _fleet_text(sshd, "b"))
+        wait(lambda: ups() == {"b": 1.0}, "a removed by the edit, gone from /metrics")
+        reloads = err_path.read_text().count("reloaded:")
+        proc.send_signal(signal.SIGHUP)  # the file as it is: reloaded all the same, nothing changes, serve runs on
+        wait(lambda: err_path.read_text().count("reloaded:") > reloads, "the reload on SIGHUP")
+        assert proc.poll() is None and ups() == {"b": 1.0}
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        err.close()
+    lines = err_path.read_text().splitlines()
+    assert lines and all(LOG_LINE.match(line) for line in lines), lines
+    assert lines[-1].endswith("INFO  stopped")
