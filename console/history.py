@@ -347,6 +347,19 @@ class HistoryReader:
         for minute, blob in rows:
             yield minute * 60.0, unpack_gpus(blob)
 
+    def gpu_series(self, name: str, since: float = 0.0) -> dict[int, dict[str, list[tuple[float, int, int, int]]]]:
+        """Per GPU index, per field (``util`` %, ``temp`` °C, ``power`` W, ``mem`` MiB): ``(minute start, min,
+        avg, max)`` oldest first, minutes without a value left out: the GPU tab's older chart points."""
+        out: dict[int, dict[str, list[tuple[float, int, int, int]]]] = {}
+        for start, gpus in self.gpu_minutes(name, since):
+            for rec in gpus:
+                per = out.setdefault(rec["gpu"], {})
+                for field in FIELDS:
+                    s = rec[field]
+                    if s is not None:
+                        per.setdefault(field, []).append((start, s["min"], s["avg"], s["max"]))
+        return out
+
     def gpu_summary(self, name: str, since: float = 0.0) -> list[dict[str, Any]]:
         """Per GPU over the window: min of mins, mean of averages, max of maxes, and minutes seen."""
         acc: dict[int, dict[str, Any]] = {}

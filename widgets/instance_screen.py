@@ -20,7 +20,7 @@ from console.agent.timefmt import fmt_age as format_age
 from console.state import FleetState, InstanceState
 from console.status import STALE, badge
 
-from .gpu_panel import gpu_detail
+from .gpu_panel import GpuPanel
 from .log_view import LogView
 from .pane import retry_text
 from .process_tree import ProcessTree
@@ -196,8 +196,8 @@ class InstanceScreen(Screen):
     def compose(self) -> ComposeResult:
         yield Static(id="inst-header")
         with TabbedContent(id="inst-tabs", initial=self.initial_tab):
-            with TabPane("GPUs", id="tab-gpus"), VerticalScroll():
-                yield Static(id="gpu-detail")
+            with TabPane("GPUs", id="tab-gpus"), VerticalScroll(can_focus=False):  # keys go to the GPU lines
+                yield GpuPanel(id="gpu-detail")
             with TabPane("Processes", id="tab-procs"):
                 yield ProcessTree(id="proc-tree")
             with TabPane("Logs", id="tab-logs"):
@@ -229,8 +229,7 @@ class InstanceScreen(Screen):
         self.query_one("#inst-header", Static).update(header_text(inst, self.demo, self.read_only, retry_at))
         active = self.query_one("#inst-tabs", TabbedContent).active
         if force or active == "tab-gpus":
-            width = self.size.width or 80
-            self.query_one("#gpu-detail", Static).update(gpu_detail(inst, width, time.time()))
+            self.query_one("#gpu-detail", GpuPanel).show(inst, 0, time.time(), force=force)
         if (force or active == "tab-procs") and self._seen.get("procs") != inst.procs_version:
             self._seen["procs"] = inst.procs_version
             self.query_one(ProcessTree).update_procs(inst.procs)
