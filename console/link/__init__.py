@@ -8,12 +8,13 @@
 - ``auth.py``: where and how to log in, as ``ssh`` does (``~/.ssh/config`` through asyncssh, key files,
   ssh-agent, jump hosts), local problems found first (``needs_action``);
 - ``hostkeys.py``: known_hosts lookups, fingerprints, the unknown key a host offered, writing an accepted one.
+- ``pace.py``: the connect limiter (handshakes in flight, per event loop) and the spread of reconnect storms.
 
 Link statuses: ``connecting``, ``connected``, ``unreachable``, ``agent_failed``, and the ``PERMANENT`` ones
 (``needs_action``, ``hostkey_unknown``, ``hostkey_changed``, ``auth_failed``), retried only every few
 minutes or at once after ``retry_now()`` (a reload, an accepted host key).
 
-Imports flow one way: ``base`` <- ``exec`` <- ``console.agentless.session`` <- ``ssh``; ``base`` <- ``local``;
+Imports flow one way: ``pace`` <- ``base`` <- ``exec`` <- ``console.agentless.session`` <- ``ssh``; ``base`` <- ``local``;
 ``auth``/``hostkeys`` <- ``ssh``.
 """
 
