@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", parents=[ui], help="open the console on a local demo fleet (simulated GPUs)")
     demo.add_argument("--instances", type=int, default=6, help="demo instances, 1 to 64 (default 6)")
     demo.add_argument("--read-only", action="store_true", help="disable restarts")
+    demo.add_argument("--record", metavar="FILE", help="record every frame to FILE (gzip JSON lines) for replay")
 
     check = sub.add_parser("check", parents=[common], help="validate the fleet file; exit 2 with file:line on errors")
     check.add_argument("--connect", action="store_true", help="also log in to every instance, in parallel")

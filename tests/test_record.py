@@ -111,3 +111,46 @@ def test_a_cut_recording_reads_up_to_the_cut(tmp_path: Path) -> None:
     path.write_bytes(data[: len(data) // 2])
     got = list(read_records(path))
     assert 0 < len(got) < 2000 and all(r["k"] == "tick" for r in got)
+
+
+def test_the_demo_records_itself(tmp_path: Path) -> None:
+    """``fleet-console demo --record FILE`` in a real terminal (tmux) for a few seconds, quit with q: the replay
+    of the file has the demo's instances with their data and statuses."""
+    import sys
+    import time
+
+    from tests.tmux import Tmux
+
+    path = tmp_path / "demo.jsonl.gz"
+    env = {"FLEET_CONSOLE_CONFIG_DIR": str(tmp_path / "cfg"), "FLEET_CONSOLE_STATE_DIR": str(tmp_path / "state"),
+           "TMPDIR": str(tmp_path)}
+    term = Tmux(120, 30)
+    try:
+        term.start([sys.executable, "-m", "console", "demo", "--instances", "2", "--record", str(path)], env=env)
+        term.wait_for(lambda s: "healthy-01" in s and "idle-02" in s and "%" in s, timeout=60,
+                      what="two demo instances with GPU figures")
+
+        def recorded() -> set[str]:  # the instances with GPU frames in the file so far (flushed every 2 s)
+            if not path.exists():
+                return set()
+            return {r["n"] for r in read_records(path) if r.get("k") == "frame" and r["f"].get("type") == "gpu"}
+
+        deadline = time.monotonic() + 60
+        while recorded() != {"healthy-01", "idle-02"}:
+            assert time.monotonic() < deadline, f"GPU frames recorded for {recorded()} only:\n{term.screen()}"
+            time.sleep(0.5)
+        term.keys("q")
+        deadline = time.monotonic() + 30
+        while not term.pane_dead() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert term.pane_dead(), "q quits the demo"
+    finally:
+        term.close()
+    source = ReplaySource(path)
+    assert [i.name for i in source.instances] == ["healthy-01", "idle-02"]
+    source.run_to_end()
+    replayed = source.state.instances
+    assert set(replayed) == {"healthy-01", "idle-02"}
+    assert all(inst.ever_connected and inst.gpus for inst in replayed.values())
+    assert {t[1] for t in source.transitions if t[2] == "connecting"} == {"healthy-01", "idle-02"}  # settled
+    assert [t[1:] for t in source.transitions] == [t[1:] for t in source.recorded]

@@ -235,8 +235,11 @@ def run_demo(args: argparse.Namespace) -> int:
         demo = await start_demo(instances)
         controller: Any = None
         try:
-            # as the TUI on a fleet file: the history (the event timeline, e) in the state dir
-            controller = MonitoredController(demo.fleet, Monitoring(demo.fleet, history=True),
+            # as the TUI on a fleet file: the history (the event timeline, e) in the state dir, and with
+            # --record every frame to a file that `fleet-console replay` opens (the demo records itself)
+            record = getattr(args, "record", None)
+            monitoring = Monitoring(demo.fleet, history=True, record=Path(record).expanduser() if record else None)
+            controller = MonitoredController(demo.fleet, monitoring,
                                              read_only=bool(getattr(args, "read_only", False)), demo=True)
             kwargs: dict[str, Any] = {"theme": getattr(args, "theme", None)}
             if getattr(args, "bell", False):
