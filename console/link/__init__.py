@@ -14,8 +14,8 @@ Link statuses: ``connecting``, ``connected``, ``unreachable``, ``agent_failed``,
 (``needs_action``, ``hostkey_unknown``, ``hostkey_changed``, ``auth_failed``), retried only every few
 minutes or at once after ``retry_now()`` (a reload, an accepted host key).
 
-Imports flow one way: ``pace`` <- ``base`` <- ``exec`` <- ``console.agentless.session`` <- ``ssh``; ``base`` <- ``local``;
-``auth``/``hostkeys`` <- ``ssh``.
+Imports flow one way: ``pace`` <- ``base`` <- ``exec`` <- ``console.agentless.session`` <- ``ssh``;
+``base`` <- ``local``; ``auth``/``hostkeys`` <- ``ssh``.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import hashlib
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -180,17 +181,22 @@ class SshLink(AgentLink):
                 "verify it and accept it in the instance screen (creates the file), or set accept_new_host_key = true"))
         return SessionFailed("hostkey_unknown", where + offer.describe())
 
-    def _connect_slot(self) -> pace.ConnectLimiter:
-        """The limiter this link's handshakes go through; while it is full the status says "queued"."""
+    @contextlib.asynccontextmanager
+    async def _connect_slot(self) -> AsyncIterator[None]:
+        """Hold a slot of this link's limiter; while it waits for one, "connecting" says "(queued)"."""
         limiter = self.limiter or pace.connect_limiter()
-        if limiter.full and self.status == "connecting":
+        queued = limiter.full and self.status == "connecting"
+        if queued:
             self._set_status("connecting", f"{self.instance.address} (queued)")
-        return limiter
+        async with limiter.slot():
+            if queued and self.status == "connecting":
+                self._set_status("connecting", self.instance.address)
+            yield
 
     async def check_login(self) -> tuple[str, str]:
         """Log in once and out again, starting nothing: ``("ok", how)`` or a failure ``(status, detail)``."""
         try:
-            async with self._connect_slot().slot():
+            async with self._connect_slot():
                 conn = await self._connect()
         except SessionFailed as exc:
             return exc.status, exc.detail
@@ -232,7 +238,7 @@ class SshLink(AgentLink):
 
     async def _open_session(self) -> Session:
         """Connect, log in and start the agent, holding a connect slot (not for the session's life)."""
-        async with self._connect_slot().slot():
+        async with self._connect_slot():
             return await self._start_session()
 
     async def _start_session(self) -> Session:
