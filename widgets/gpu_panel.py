@@ -442,6 +442,8 @@ class GpuPanel(Static, can_focus=True):
         if self._loading or fresh:
             return
         self._loading = True
+        if not self.older:
+            self.older_note = "reading older points from the history file…"
         self._loaded_at = time.monotonic()
         self._loaded_window = self.window
         self.run_worker(lambda: self._load(path, inst.name, now - self.window), thread=True, exclusive=True,
