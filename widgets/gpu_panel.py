@@ -386,10 +386,10 @@ class GpuPanel(Static, can_focus=True):
     BINDINGS = [
         Binding("down,j", "select(1)", "Next GPU", show=False),
         Binding("up,k", "select(-1)", "Previous GPU", show=False),
-        Binding("z", "zoom(1)", "Zoom", show=False),
+        Binding("z", "zoom(1)", "Zoom out", show=False),  # charts over 10m, 1h, 6h, 24h
         Binding("Z", "zoom(-1)", "Zoom in", show=False),
-        Binding("pagedown", "page(1)", show=False),
-        Binding("pageup", "page(-1)", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),  # the charts below the lines
+        Binding("pageup", "page(-1)", "Page up", show=False),
     ]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
