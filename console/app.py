@@ -25,6 +25,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from console.actions import ActionError, ReadOnlyError
+from console.detail import DetailTracker, table_on_screen
 from console.status import BADGES, TABLE, THEME_DEFAULTS
 from console.text_safety import clean
 from themes import DEFAULT_THEME, TCSS_PATH, THEMES, next_theme, picked_theme, remember_theme, saved_theme
@@ -41,6 +42,7 @@ from widgets.probe_menu import ProbeMenu
 
 FRAME_INTERVAL = 0.25  # seconds between repaints (4 Hz)
 TICK_INTERVAL = 1.0  # seconds between re-derivations of time-based states (stale, idle)
+DETAIL_INTERVAL = 0.5  # seconds between looks at what is in view (console/detail.py)
 DEMO_BANNER = "DEMO fleet — simulated GPUs"
 MAX_NOTIFY_EVENTS = 3  # instances named in one "got worse" toast, then "+N more"
 SMALL_SCREEN_ROWS = 40  # below this many rows toasts are one line each, at most SMALL_SCREEN_TOASTS at once
@@ -119,6 +121,9 @@ class FleetApp(App):
         if theme and not self._theme_warning:
             remember_theme(chosen)
         self._last_tick = 0.0
+        # detail on demand (console/detail.py): agents of instances out of view send a summary
+        send_detail = getattr(controller, "set_detail", None)
+        self.detail = DetailTracker(self.state, send_detail) if callable(send_detail) else None
         self._header_key: Any = None
         self._stopped = False
         self.frames_painted = 0
@@ -180,6 +185,7 @@ class FleetApp(App):
         self.fleet_view().focus()
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         self.set_interval(FRAME_INTERVAL, self.paint_frame)
+        self.set_interval(DETAIL_INTERVAL, self.update_detail)
         # Once the screens are built, move the long-lived objects out of the collector's way: full
         # collections then scan only what came later (measured: 70+ ms gen-2 pauses otherwise).
         self.set_timer(2.0, gc.freeze)
@@ -222,6 +228,19 @@ class FleetApp(App):
         if events:
             self.report_events(events)
         self.frames_painted += 1
+
+    def update_detail(self) -> None:
+        """Detail on demand (console/detail.py): instances in view or open at "full", the rest at "summary"."""
+        tracker = self.detail
+        if tracker is None or not self.screen_stack or not self.screen_stack[0].is_mounted:
+            return
+        try:
+            view = self.fleet_view()
+        except Exception:  # closing
+            return
+        on_screen = table_on_screen(view) if isinstance(view, FleetTable) else view.on_screen_names()
+        screen = self.screen
+        tracker.update(on_screen, screen.instance_name if isinstance(screen, InstanceScreen) else None)
 
     def retry_at(self, name: str) -> Optional[float]:
         """When ``name``'s failing link tries again (``time.time()``), None when it is not waiting to."""
@@ -322,6 +341,7 @@ class FleetApp(App):
         if isinstance(self.screen, InstanceScreen):
             self.pop_screen()
         self.push_screen(InstanceScreen(self.state, name, demo=self.demo, read_only=self.read_only, tab=tab))
+        self.call_after_refresh(self.update_detail)  # an instance at "summary" gets its streams back now
 
     def on_resize(self, event: events.Resize) -> None:
         """A resize can change how many lines the header needs (2 at 80 columns, 1 at 200)."""

@@ -77,6 +77,7 @@ class FleetController:
         self._auto_last: dict[str, float] = {}  # name -> monotonic time of its last automatic diagnosis
         self._host_locks: dict[str, asyncio.Lock] = {}  # one diagnosis in flight per host
         self.sources: list[Any] = []  # console.sources.prometheus.PrometheusSource, started with the fleet
+        self._detail_tasks: set[asyncio.Task[None]] = set()  # detail requests in flight (set_detail)
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self, names: list[str] | None = None) -> None:
@@ -381,6 +382,23 @@ class FleetController:
                               "failed", {"exit_status": result.exit_status, "timed_out": result.timed_out})
         self.state.set_probe_result(name, spec.name, data)
         return data
+
+    # -- detail on demand (op detail, console/detail.py): what the operator cannot see sends a summary ----
+    def set_detail(self, name: str, level: str) -> bool:
+        """Ask ``name``'s agent for detail ``level`` ("full" | "summary") without waiting for the answer; False
+        when its link is not connected (an agent starts every session at "full"). A request that fails costs
+        only the saving: the agent stays at the level it had."""
+        link = self.links.get(name)
+        if link is None or link.status != "connected":
+            return False
+        task = asyncio.get_running_loop().create_task(self._send_detail(link, level), name=f"detail:{name}")
+        self._detail_tasks.add(task)
+        task.add_done_callback(self._detail_tasks.discard)
+        return True
+
+    async def _send_detail(self, link: AgentLink, level: str) -> None:
+        with contextlib.suppress(LinkError, OSError):
+            await link.request("detail", {"level": level}, timeout=15.0)
 
     # -- log tools (agent ops read / grep, console/agent/logread.py): host text cleaned here ---------------
     async def read_log(self, name: str, path: str, before_line: int | None, n: int = 200) -> dict[str, Any]:

@@ -217,6 +217,11 @@ class InstanceState:
         self.bench_log: Optional[str] = getattr(getattr(instance, "benchmark", None), "log", None) or None
         self.log_moved_on = False  # the benchmark's log started over since the verdict
         self.reconnects: Deque[float] = deque(maxlen=64)  # console clock of each reconnect (flap counter)
+        # Detail on demand (console/detail.py, op ``detail``): an instance off screen gets GPU frames on change or
+        # every 5 s and only its benchmark's and GPU's processes; the pane says how old its figures are.
+        self.gpu_at: Optional[float] = None  # console clock of the last gpu frame
+        self.procs_subset = False  # the process table holds only the benchmark's and GPU's processes
+        self.detail_level = "full"  # as the agent's last heartbeat said
 
     # -- derived views --------------------------------------------------------------------------
     @property
@@ -613,6 +618,7 @@ def _on_hello(inst: InstanceState, raw: Frame, now: float) -> None:
 
 def _on_heartbeat(inst: InstanceState, raw: Frame, now: float) -> None:
     inst.last_heartbeat = cast(HeartbeatFrame, raw)
+    inst.detail_level = "summary" if raw.get("level") == "summary" else "full"
 
 
 _INTS = tuple(range(2048))  # shared int objects: a 10-minute ring of watts costs a pointer a sample, not an int
@@ -677,7 +683,11 @@ def _on_gpu(inst: InstanceState, raw: Frame, now: float) -> None:
     if devices:
         inst.gpu_ts.append(now)
     if devices:
-        inst._idle_count = inst._idle_count + 1 if all_idle else 0
+        # seconds of idleness (IDLE_WINDOW): a frame counts for the time since the previous one, 1 to 10 s (an
+        # instance at detail "summary" sends one every 5 s while nothing moves)
+        step = 1 if inst.gpu_at is None else min(10, max(1, int(now - inst.gpu_at + 0.5)))
+        inst._idle_count = inst._idle_count + step if all_idle else 0
+    inst.gpu_at = now
 
 
 def _on_procs(inst: InstanceState, raw: Frame, now: float) -> None:
@@ -693,6 +703,8 @@ def _on_procs(inst: InstanceState, raw: Frame, now: float) -> None:
         for pid in frame.get("gone") or ():
             procs.pop(pid, None)
     inst.procs_version += 1
+    if frame.get("full"):
+        inst.procs_subset = bool(frame.get("subset"))
     if inst.bench_patterns:  # the agent's one matching rule: the program, never its arguments
         bench = [float(rec.get("start") or 0.0) for rec in procs.values() if matches_program(rec, inst.bench_patterns)]
         inst.bench_running = bool(bench)

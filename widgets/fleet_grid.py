@@ -226,6 +226,15 @@ class FleetGrid(ScrollView, can_focus=True):
         top = pos[1] - int(self.scroll_offset.y)
         return top + pos[3] > 0 and top < self.size.height
 
+    def on_screen_names(self) -> List[str]:
+        """The instances whose pane is (partly) in view now; console/detail.py lets the others send a summary."""
+        if not self._row_y or self.size.height <= 0:
+            return []
+        top = int(self.scroll_offset.y)
+        first = max(0, bisect.bisect_right(self._row_y, top) - 1)
+        last = bisect.bisect_left(self._row_y, top + self.size.height)
+        return [name for row in self._row_names[first:last] for name in row]
+
     def _refresh_pane(self, name: str) -> None:
         pos = self._pos.get(name)
         if pos is None:

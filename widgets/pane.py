@@ -27,6 +27,7 @@ COMPACT_HEIGHT = 2
 _REASON_FIRST = frozenset((UNREACHABLE, FAILED, BENCHMARK_DOWN, STALE))  # their detail replaces process/log
 _OLD_NUMBERS = frozenset((UNREACHABLE, STALE))  # their GPU figures are the last ones seen: drawn dim, with an age
 FLAPS_SHOWN = 2  # reconnects within state.FLAP_WINDOW from which the pane shows "flapped Nx"
+FIGURES_OLD_AFTER = 3.0  # seconds: GPU figures older than this get their age beside them ("12s ago", dim)
 
 
 def badge_text(inst: InstanceState, now: float) -> str:
@@ -51,11 +52,29 @@ def notes(inst: InstanceState, now: float) -> List[str]:
     return out
 
 
+def figures_age(inst: InstanceState, now: float) -> Optional[float]:
+    """Seconds since the last GPU frame of a live instance when more than FIGURES_OLD_AFTER (one off screen sends
+    a summary: a frame on change or every 5 s, console/detail.py), else None. STALE and UNREACHABLE say their
+    own age in the badge and detail line; this is not that: the link is fine, the figures are just not new."""
+    if inst.gpu_at is None or not inst.gpus or inst.status in _OLD_NUMBERS or inst.link_status != "connected":
+        return None
+    age = now - inst.gpu_at
+    return age if age > FIGURES_OLD_AFTER else None
+
+
+def figures_note(inst: InstanceState, pal: Palette, now: float) -> Line:
+    """`` 12s ago`` (dim) beside GPU figures older than FIGURES_OLD_AFTER; empty otherwise."""
+    age = figures_age(inst, now)
+    return Line(" %s ago" % format_age(age), pal.dim) if age is not None else Line()
+
+
 def ages(inst: InstanceState, now: Optional[float] = None) -> bool:
     """Whether the pane's text changes with the clock alone (the grid repaints it each second)."""
     if inst.status in _OLD_NUMBERS:
         return True
     now = time.time() if now is None else now
+    if figures_age(inst, now) is not None:
+        return True
     return bool(inst.restart_note(now)) or bool(inst.reconnects and now - inst.reconnects[-1] <= FLAP_WINDOW + 1)
 
 
@@ -135,6 +154,7 @@ def compact_lines(
     line1.append_text(gpu_summary(inst, pal, 0))  # (no sparkline here: it comes last)
     if inst.gpus:
         line1.append_text(hottest(inst, pal))
+        line1.append_text(figures_note(inst, pal, now))
     flags = [f for f in inst.flags() if f != "simulated GPUs"]  # (the header says that once)
     if flags:
         line1.append(" " + ", ".join(flags), pal.warn if inst.lost_gpus else pal.dim)
@@ -215,6 +235,9 @@ def boxed_lines(
     extra = notes(inst, now)
     if extra:
         sub.append(" " + ", ".join(extra), pal.warn)
+    age = figures_age(inst, now)
+    if age is not None:
+        sub.append(" · figures %s ago" % format_age(age), pal.dim)
     detail = detail_line(inst, pal, now, retry_at)
     if detail is not None:
         sub = detail
