@@ -2,7 +2,8 @@
 
 ``--record FILE`` writes, in order: a header (format version, the fleet's instances as far as the state
 needs them), then one line per thing the fleet state was fed: ``frame``, ``link`` (status), ``diag``
-(a diagnosis), ``probe``, ``tick`` (the 1 Hz re-derivation), each with the console's time ``t``; and,
+(a diagnosis), ``probe``, ``tick`` (the 1 Hz re-derivation), ``inst``/``gone`` (an instance a reload of
+the fleet file added, changed or removed), each with the console's time ``t``; and,
 for checking a replay, ``tr`` lines (the status transitions seen live). The gzip stream is flushed every
 few seconds, so a killed console leaves a readable file (the reader stops at the cut).
 
@@ -103,6 +104,13 @@ class Recorder:
 
     def on_transition(self, name: str, old: str, new: str, detail: str, now: float) -> None:
         self._write({"t": now, "k": "tr", "n": name, "o": old, "s": new, "d": detail})
+
+    def on_instance(self, instance: Instance, now: float) -> None:
+        """An instance added or changed while recording (the fleet file reloaded): ``inst``."""
+        self._write({"t": now, "k": "inst", "i": instance_record(instance)})
+
+    def on_removed(self, name: str, now: float) -> None:
+        self._write({"t": now, "k": "gone", "n": name})
 
     def on_tick(self, now: float) -> None:
         self._write({"t": now, "k": "tick"})
@@ -255,6 +263,7 @@ class ReplaySource:
             self.state.add_instance(inst)
         self.state.reshift(shift)  # fresh instances on the same footing (their host clock offset)
         self.state.seen.clear()
+        self.state.known.intersection_update(self.state.instances)
         self._records = read_records(self.path)
         next(self._records, None)  # the header
         self._pending: dict[str, Any] | None = None
@@ -280,6 +289,11 @@ class ReplaySource:
             state.tick()
         elif kind == "tr":
             self.recorded.append((t, str(name), str(rec.get("o")), str(rec.get("s"))))
+        elif kind == "inst" and rec.get("i"):
+            state.add_instance(instance_from_record(rec["i"]))
+        elif kind == "gone" and state.instances.pop(str(name), None) is not None:
+            state.order_version += 1
+            state.seen.pop(str(name), None)
 
     def on_transition(self, name: str, old: str, new: str, detail: str, now: float) -> None:
         # at the recording's time (``now`` is shifted): the same times as the ``tr`` lines

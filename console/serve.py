@@ -35,7 +35,8 @@ log = logging.getLogger("fleet_console")
 TICK = 1.0  # seconds between monitoring ticks
 AUTO_DIAGNOSE = frozenset(("benchmark_down", "gpu_idle"))  # statuses that get a diagnosis by themselves
 AUTO_DIAGNOSE_EVERY = 300.0  # at most once per instance in this many seconds
-HOOKS = ("on_frame", "on_link", "on_diagnosis", "on_probe", "on_tick", "on_transition", "on_audit")
+HOOKS = ("on_frame", "on_link", "on_diagnosis", "on_probe", "on_tick", "on_transition", "on_audit", "on_instance",
+         "on_removed")
 
 
 class ObservedState(FleetState):
@@ -49,6 +50,7 @@ class ObservedState(FleetState):
         super().__init__(clock)
         self.hooks: dict[str, list[Callable[..., Any]]] = {h: [] for h in HOOKS}
         self.seen: dict[str, str] = {}  # the last settled status per instance
+        self.known: set[str] = set()  # the instances observers were told about (a reload drops some)
 
     def observe(self, observer: Any) -> None:
         for hook in HOOKS:
@@ -66,6 +68,22 @@ class ObservedState(FleetState):
             self.seen[name] = status
             for hook in self.hooks["on_transition"]:
                 hook(name, old, status, inst.status_detail, now)
+
+    def add_instance(self, instance: Any) -> Any:
+        """An instance added (or changed) while observed, e.g. by a reload: ``on_instance(instance, now)``."""
+        inst = super().add_instance(instance)
+        self.known.add(instance.name)
+        for hook in self.hooks["on_instance"]:
+            hook(instance, self.clock())
+        return inst
+
+    def forget_removed(self, now: float) -> None:
+        """Instances a reload took out of the state (``fleet_watch.apply`` pops them): ``on_removed(name, now)``."""
+        for name in [n for n in self.known if n not in self.instances]:
+            self.known.discard(name)
+            self.seen.pop(name, None)
+            for hook in self.hooks["on_removed"]:
+                hook(name, now)
 
     def apply_frame(self, name: str, frame: Any, now: float | None = None) -> None:
         if now is None:
@@ -99,6 +117,7 @@ class ObservedState(FleetState):
         if now is None:
             now = self.clock()
         super().tick(now)
+        self.forget_removed(now)
         for hook in self.hooks["on_tick"]:
             hook(now)
         for name in self.instances:
@@ -295,6 +314,7 @@ class Monitoring:
                 log.exception("monitoring tick failed")
 
     async def stop(self) -> None:
+        self.state.forget_removed(self.state.clock())  # a reload just before: the recording says so too
         for hooks in self.state.hooks.values():  # nothing is observed from here on
             hooks.clear()
         if self._task is not None:

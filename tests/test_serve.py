@@ -273,8 +273,9 @@ def test_serve_follows_fleet_file_edits_and_sighup(sshd: Sshd, tmp_path: Path) -
     env.update(HOME=str(tmp_path), FLEET_CONSOLE_STATE_DIR=str(tmp_path / "state"), PYTHONPATH=str(ROOT))
     err_path = tmp_path / "serve.err"
     err = err_path.open("w")
+    record = tmp_path / "rec.jsonl.gz"
     proc = subprocess.Popen([sys.executable, "-m", "console", "serve", "--fleet", str(path), "--metrics-port", "0",
-                             "--no-history", "--no-auto-diagnose"],
+                             "--no-history", "--no-auto-diagnose", "--record", str(record)],
                             stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=tmp_path)
 
     def ups() -> dict[str, float]:
@@ -311,3 +312,17 @@ def test_serve_follows_fleet_file_edits_and_sighup(sshd: Sshd, tmp_path: Path) -
     lines = err_path.read_text().splitlines()
     assert lines and all(LOG_LINE.match(line) for line in lines), lines
     assert lines[-1].endswith("INFO  stopped")
+
+    # the recording follows the file too: b appears in the replay when it was added, a leaves when removed
+    from console.record import ReplaySource, read_records
+
+    kinds = [(r["k"], r.get("n") or r["i"]["name"]) for r in read_records(record) if r["k"] in ("inst", "gone")]
+    assert ("inst", "b") in kinds and ("gone", "a") in kinds and kinds.index(("inst", "b")) < kinds.index(("gone", "a"))
+    source = ReplaySource(record)
+    assert [i.name for i in source.instances] == ["a"]
+    added = next(r["t"] for r in read_records(record) if r["k"] == "inst" and r["i"]["name"] == "b")
+    source.seek_to(added + 0.001)
+    assert set(source.state.instances) == {"a", "b"}
+    source.run_to_end()
+    assert set(source.state.instances) == {"b"} and source.state.instances["b"].ever_connected
+    assert [t[1:] for t in source.transitions] == [t[1:] for t in source.recorded]
