@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -17,10 +17,12 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
 
 from console.agent.timefmt import fmt_age as format_age
-from console.state import FleetState, InstanceState
+from console.state import FleetState, InstanceState, LogRing
 from console.status import STALE, badge
 
+from .evidence_view import EvidenceView
 from .gpu_panel import GpuPanel
+from .log_grep import GrepScreen
 from .log_view import LogView
 from .pane import retry_text
 from .process_panel import ProcessPanel
@@ -31,6 +33,11 @@ TABS = ("tab-gpus", "tab-procs", "tab-logs", "tab-diag", "tab-probes")
 
 
 STEP_STYLE = {"ok": "green", "problem": "bold red", "info": "", "skipped": "dim"}
+LOG_INPUT_PLACEHOLDERS = {
+    "search": "search the log (enter: find, then n / N; esc: close)",
+    "filter": "filter: only lines with this text (as you type; enter: keep; esc: clear)",
+    "grep": "grep the whole file on the host (enter: run; hits with line numbers)",
+}
 
 
 def _verdict_line(verdict: Mapping[str, Any]) -> str:
@@ -43,7 +50,8 @@ def _verdict_line(verdict: Mapping[str, Any]) -> str:
     return summary
 
 
-def diagnosis_text(inst: InstanceState) -> Text:
+def diagnosis_text(inst: InstanceState, evidence: Optional[List[Tuple[int, str, Optional[int]]]] = None) -> Text:
+    """The Diagnosis tab; ``evidence`` (when given) gets ``(row, path, line)`` for each evidence row."""
     diag = inst.diagnosis
     text = Text()
     if not diag:
@@ -75,6 +83,9 @@ def diagnosis_text(inst: InstanceState) -> Text:
                 full_paths.append(path)
             if ev.get("line") is not None:
                 where += ":%s" % ev["line"]
+            if evidence is not None:
+                line_no = ev.get("line")
+                evidence.append((text.plain.count("\n"), path, line_no if isinstance(line_no, int) else None))
             text.append("    %s" % where, "cyan")
             if ev.get("text"):
                 text.append("  %s" % ev["text"])
@@ -168,6 +179,8 @@ class InstanceScreen(Screen):
         Binding("5", "tab(4)", "Probes", show=False),
         Binding("slash", "search", "Search log"),
         Binding("ctrl+f", "search", "Search log", show=False),
+        Binding("ampersand", "filter", "Filter log", show=False),  # less's key: only matching lines; esc clears
+        Binding("g", "grep", "Grep log on host", show=False),  # the whole file, on the host (op grep)
         Binding("d", "app.diagnose_current", "Diagnose"),
         Binding("r", "app.restart_current", "Restart"),
         Binding("r", "app.refuse_restart", "Restart", show=False),  # read-only mode (the app hides the other)
@@ -187,6 +200,7 @@ class InstanceScreen(Screen):
         self.read_only = read_only
         self._log_ids: Dict[str, str] = {}
         self._log_chosen = False  # the operator picked a log file: it stays the active one
+        self._input_mode = "search"  # what #log-search is for now: search | filter | grep
         self._seen: Dict[str, Any] = {}
 
     @property
@@ -204,7 +218,7 @@ class InstanceScreen(Screen):
                 yield Static("No log files followed yet.", id="logs-empty", classes="empty")
                 yield TabbedContent(id="log-tabs")
             with TabPane("Diagnosis", id="tab-diag"), VerticalScroll():
-                yield Static(id="diag-text")
+                yield EvidenceView(id="diag-text")  # a Static; up/down choose an evidence line, enter opens it
             with TabPane("Probes", id="tab-probes"), ScrollableContainer():
                 yield Static(id="probe-text")  # command output: long lines scroll sideways, never wrap
         yield Input(placeholder="search the log (enter: find, then n / N; esc: close)", id="log-search", compact=True)
@@ -240,7 +254,9 @@ class InstanceScreen(Screen):
             key = (id(inst.diagnosis), inst.diagnosis_at)
             if force or self._seen.get("diag") != key:
                 self._seen["diag"] = key
-                self.query_one("#diag-text", Static).update(diagnosis_text(inst))
+                rows: List[Tuple[int, str, Optional[int]]] = []
+                text = diagnosis_text(inst, rows)
+                self.query_one("#diag-text", EvidenceView).show(text, rows)
         if force or active == "tab-probes":
             probes_key = tuple((k, v.get("at")) for k, v in inst.probes.items())
             if force or self._seen.get("probes") != probes_key:
@@ -260,7 +276,7 @@ class InstanceScreen(Screen):
                 if path == inst.bench_log:
                     title = "[benchmark] " + title
                 # a file name is host text: plain Content, never parsed as markup ("[link=...]", "[/")
-                tabs.add_pane(TabPane(Content(title), LogView(ring, id=pane_id + "-view"), id=pane_id))
+                tabs.add_pane(TabPane(Content(title), self._log_view(ring, pane_id), id=pane_id))
                 self.query_one("#logs-empty").display = False
                 if path == inst.bench_log and not self._log_chosen:
                     self.call_after_refresh(self._show_log, pane_id)  # the benchmark's own log first
@@ -297,6 +313,10 @@ class InstanceScreen(Screen):
         if search.has_class("-shown"):
             search.remove_class("-shown")
             return
+        view = self.active_log()
+        if view is not None and view.filter and self.query_one("#inst-tabs", TabbedContent).active == "tab-logs":
+            view.set_filter("")  # esc clears the log's filter first, then leaves
+            return
         self.app.pop_screen()
 
     def action_tab(self, index: int) -> None:
@@ -332,6 +352,9 @@ class InstanceScreen(Screen):
                 if view is not None:
                     view.focus()
                 return
+            if active == "tab-diag":
+                self.query_one("#diag-text", EvidenceView).focus()
+                return
             pane = self.query_one("#" + active, TabPane)
             for widget in pane.query("*"):
                 if widget.focusable:
@@ -343,9 +366,7 @@ class InstanceScreen(Screen):
         if self.active_log() is None:
             self.notify("no log to search yet", severity="warning")
             return
-        search = self.query_one("#log-search", Input)
-        search.add_class("-shown")
-        search.focus()
+        self._open_input("search")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id != "log-search":
@@ -353,6 +374,9 @@ class InstanceScreen(Screen):
         event.stop()
         view = self.active_log()
         if view is None:
+            return
+        if self._input_mode != "search":
+            self._submit_log_tool(view, event.input)
             return
         if event.value != view.search:
             view.set_search(event.value)
@@ -365,7 +389,123 @@ class InstanceScreen(Screen):
             search = self.query_one("#log-search", Input)
             if search.has_focus:
                 event.stop()
+                if self._input_mode == "filter":  # esc in the filter box drops the filter
+                    view = self.active_log()
+                    if view is not None:
+                        view.set_filter("")
                 search.remove_class("-shown")
                 view = self.active_log()
                 if view is not None:
                     view.focus()
+
+    # -- log tools: & filter, g grep on the host, older lines, evidence -> its log line -----------------------
+    def _log_view(self, ring: LogRing, pane_id: str) -> LogView:
+        """A log's view; it reads older lines through the controller (agent op ``read``) when there is one."""
+        view = LogView(ring, id=pane_id + "-view")
+        controller = getattr(self.app, "controller", None)
+        if callable(getattr(controller, "read_log", None)):
+            name = self.instance_name
+
+            async def load(path: str, before: Optional[int], n: int) -> Dict[str, Any]:
+                return await controller.read_log(name, path, before, n)  # type: ignore[union-attr]
+
+            view.loader = load
+        return view
+
+    def _open_input(self, mode: str) -> None:
+        with contextlib.suppress(NoMatches):
+            self.query_one("#inst-tabs", TabbedContent).active = "tab-logs"
+        view = self.active_log()
+        if view is None:
+            self.notify("no log to %s yet" % mode, severity="warning")
+            return
+        self._input_mode = mode
+        box = self.query_one("#log-search", Input)
+        box.placeholder = LOG_INPUT_PLACEHOLDERS[mode]
+        box.value = {"search": view.search, "filter": view.filter}.get(mode, "")
+        box.add_class("-shown")
+        box.focus()
+
+    def action_filter(self) -> None:
+        self._open_input("filter")
+
+    def action_grep(self) -> None:
+        self._open_input("grep")
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "log-search" and self._input_mode == "filter" and event.input.has_class("-shown"):
+            view = self.active_log()
+            if view is not None:
+                view.set_filter(event.value)  # as typed: the lines narrow down with each key
+
+    def _submit_log_tool(self, view: LogView, box: Input) -> None:
+        box.remove_class("-shown")
+        view.focus()
+        if self._input_mode == "filter":
+            view.set_filter(box.value)
+            return
+        pattern = box.value.strip()
+        if pattern:
+            self.run_worker(self._grep(view.path, pattern), group="log-grep", exclusive=True, exit_on_error=False)
+
+    async def _grep(self, path: str, pattern: str) -> None:
+        controller = getattr(self.app, "controller", None)
+        if not callable(getattr(controller, "grep_log", None)):
+            self.notify("grep needs a live agent", severity="warning")
+            return
+        self.notify("grep %r in %s on the host…" % (pattern, path), timeout=2)
+        try:
+            data = await controller.grep_log(self.instance_name, path, pattern)  # type: ignore[union-attr]
+        except Exception as exc:  # ActionError, a dropped link: one line, the screen stays
+            self.notify("grep %s: %s" % (path, exc), severity="warning", timeout=6)
+            return
+        hits = [(int(n), str(t)) for n, t in data.get("hits") or []]
+        note = ""
+        if data.get("timed_out"):
+            note = "stopped after %d lines (time limit)" % int(data.get("lines") or 0)
+        elif data.get("truncated"):
+            note = "the first %d hits" % len(hits)
+
+        def jump(line: Optional[int]) -> None:
+            if line is not None:
+                self.open_log_at(path, line)
+
+        self.app.push_screen(GrepScreen(path, pattern, hits, note), jump)
+
+    def on_evidence_view_open(self, message: EvidenceView.Open) -> None:
+        message.stop()
+        if not message.path.startswith("/"):  # "dmesg": the kernel log is no file (p runs the dmesg probe)
+            self.notify("%s is not a log file here" % message.path, severity="warning", timeout=4)
+            return
+        self.open_log_at(message.path, message.line)
+
+    def open_log_at(self, path: str, line: Optional[int]) -> None:
+        """The Logs tab on ``path`` (a pane of its own when it is not followed), scrolled to ``line``, marked."""
+        inst = self.inst
+        if inst is None:
+            return
+        pane_id = self._log_ids.get(path)
+        if pane_id is None:
+            pane_id = "log-%d" % len(self._log_ids)
+            self._log_ids[path] = pane_id
+            ring = inst.logs.get(path) or LogRing(path)  # not followed: its lines come from the host only
+            tabs = self.query_one("#log-tabs", TabbedContent)
+            tabs.add_pane(TabPane(Content(os.path.basename(path) or path), self._log_view(ring, pane_id), id=pane_id))
+            self.query_one("#logs-empty").display = False
+        self._log_chosen = True
+        self.query_one("#inst-tabs", TabbedContent).active = "tab-logs"
+        self.call_after_refresh(self._goto, pane_id, line, 20)
+
+    def _goto(self, pane_id: str, line: Optional[int], tries: int) -> None:
+        with contextlib.suppress(NoMatches):
+            tabs = self.query_one("#log-tabs", TabbedContent)
+            views = self.query("#%s-view" % pane_id)
+            view = views.first() if views else None
+            if not isinstance(view, LogView) or not view.is_mounted:
+                if tries > 0:  # the pane was just added: wait for it to mount
+                    self.set_timer(0.05, lambda: self._goto(pane_id, line, tries - 1))
+                return
+            tabs.active = pane_id
+            view.focus()
+            if line is not None:
+                view.goto_line(line)

@@ -4,8 +4,8 @@ The console shows only the tail the follower streams (``logs.py``); an operator 
 diagnosis's evidence line or greps the whole file asks the agent for more. These are the two requests, made
 safe to answer for whoever holds the console:
 
-- only logs: a file the agent is configured to follow (``logs``, ``benchmark.log``), one it follows now, or
-  a regular file whose real path lies under a ``watch_dirs`` directory; anything else (``/etc/shadow``, a
+- only logs: a file the agent is configured to follow (``logs``, ``benchmark.log``) or a regular file whose
+  real path lies under a ``watch_dirs`` directory (where the follower discovers logs); anything else (``/etc/shadow``, a
   ``..`` or a symlink out of those directories, a FIFO) is refused with ``PermissionError``;
 - bounded: at most ``MAX_READ_LINES`` lines or ``MAX_HITS`` hits, lines capped at ``LINE_CHARS`` characters,
   ``MAX_OUTPUT_CHARS`` in all, the file streamed in 1 MiB blocks (a 2 GB log never sits in memory; a line
@@ -21,7 +21,7 @@ import os
 import re
 import stat
 import time
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Pattern, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Pattern, Tuple
 
 from .config import as_list
 from .logs import clean_line
@@ -44,8 +44,12 @@ def _under(path: str, directory: str) -> bool:
     return path.startswith(directory.rstrip(os.sep) + os.sep)
 
 
-def allowed_path(config: Mapping[str, Any], path: str, followed: Iterable[str] = ()) -> str:
-    """The real path to open for ``path``, or ``PermissionError`` when it is no log of this agent."""
+def allowed_path(config: Mapping[str, Any], path: str) -> str:
+    """The real path to open for ``path``, or ``PermissionError`` when it is no log of this agent.
+
+    A configured file counts as named (it may be a symlink the operator chose); any other, discovered ones
+    included, must really lie under a watch dir (a ``*.log`` symlink there to ``/etc/shadow`` does not).
+    """
     if not isinstance(path, str) or not path or "\x00" in path:
         raise PermissionError("no path given")
     wanted = os.path.abspath(path)
@@ -53,7 +57,6 @@ def allowed_path(config: Mapping[str, Any], path: str, followed: Iterable[str] =
     named = {os.path.abspath(p) for p in as_list(config.get("logs"))}
     if bench:
         named.add(os.path.abspath(str(bench)))
-    named.update(os.path.abspath(p) for p in followed)
     real = os.path.realpath(wanted)
     ok = wanted in named
     if not ok:
@@ -125,7 +128,7 @@ def _chars(config: Mapping[str, Any]) -> int:
 
 
 def read_lines(
-    config: Mapping[str, Any], path: str, before_line: Optional[int], n: int, followed: Iterable[str] = ()
+    config: Mapping[str, Any], path: str, before_line: Optional[int], n: int
 ) -> Dict[str, Any]:
     """Up to ``n`` lines just before line ``before_line`` (None: the file's last ``n``).
 
@@ -133,7 +136,7 @@ def read_lines(
     first line given (``before_line`` when there is none before it); ``total_lines`` when the whole file was
     scanned.
     """
-    real = allowed_path(config, path, followed)
+    real = allowed_path(config, path)
     n = max(0, min(int(n), MAX_READ_LINES))
     chars = _chars(config)
     deadline = time.monotonic() + TIME_LIMIT
@@ -182,9 +185,10 @@ def _matcher(pattern: str, regex: bool) -> Tuple[Any, Any]:
     if regex:
         try:
             rx: Pattern[str] = re.compile(pattern)
+            block_rx: Pattern[str] = re.compile(pattern, re.MULTILINE)  # ^ and $ at each line of a block
         except re.error as exc:
             raise ValueError("bad regular expression %r: %s" % (pattern, exc)) from None
-        return (lambda block: rx.search(block.decode("utf-8", "replace")) is not None), (
+        return (lambda block: block_rx.search(block.decode("utf-8", "replace")) is not None), (
             lambda text: rx.search(text) is not None
         )
     needle = pattern.lower()
@@ -200,7 +204,6 @@ def grep(
     pattern: str,
     max_hits: int = MAX_HITS,
     regex: bool = False,
-    followed: Iterable[str] = (),
 ) -> Dict[str, Any]:
     """The file's lines that contain ``pattern`` (case-insensitive; a Python regex when ``regex``).
 
@@ -210,7 +213,7 @@ def grep(
     """
     if not pattern:
         raise ValueError("empty pattern")
-    real = allowed_path(config, path, followed)
+    real = allowed_path(config, path)
     limit = max(1, min(int(max_hits), MAX_HITS))
     chars = _chars(config)
     block_may, line_has = _matcher(str(pattern), bool(regex))

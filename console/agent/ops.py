@@ -128,26 +128,17 @@ def signal_op(agent: AgentHost, args: Dict[str, Any]) -> SignalResult:
     return signals.send_signal(_int(args, "pid", 0), _str(args, "signal"), None if start is None else float(start))
 
 
-def _followed(agent: AgentHost) -> List[str]:
-    """The files the log follower follows now (discovered ones too); read beside its own thread."""
-    try:
-        return list(getattr(getattr(agent, "logs", None), "files", None) or ())
-    except RuntimeError:  # changed while listed: the configured ones still count
-        return []
-
-
 def read_log_op(agent: AgentHost, args: Dict[str, Any]) -> Dict[str, Any]:
     """``{path, before_line, n}``: up to n (<= 2000) lines before before_line of a followed log (``LogReadResult``)."""
     before = args.get("before_line")
     return logread.read_lines(agent.config, _str(args, "path"), None if before is None else int(before),
-                              _int(args, "n", 200), _followed(agent))
+                              _int(args, "n", 200))
 
 
 def grep_log_op(agent: AgentHost, args: Dict[str, Any]) -> Dict[str, Any]:
     """``{path, pattern, max_hits=200, regex=false}``: the whole log's matching lines (``LogGrepResult``)."""
     hits = _int(args, "max_hits", logread.MAX_HITS)
-    return logread.grep(agent.config, _str(args, "path"), _str(args, "pattern"), hits, _bool(args, "regex", False),
-                        _followed(agent))
+    return logread.grep(agent.config, _str(args, "path"), _str(args, "pattern"), hits, _bool(args, "regex", False))
 
 
 def detail_op(agent: AgentHost, args: Dict[str, Any]) -> DetailResult:
