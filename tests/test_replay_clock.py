@@ -99,9 +99,9 @@ async def test_a_replay_of_an_hour_ago_shows_the_ages_of_then(tmp_path: Path) ->
         app.state.tick(time.time())  # what the app's frame clock does each second
         inst = box()
         assert inst.status == "ok" and not inst.is_stale(time.time())
-        assert inst.age() is not None and inst.age() < 3, inst.age()  # "last data 1s ago", not "1h ago"
+        assert inst.age() is not None and inst.age() < 5, inst.age()  # "last data 1s ago", not "1h ago"
         assert inst.flaps(time.time()) == 0
-        assert abs(time.time() - inst.probes["disk"]["at"] - (source.offset - 11)) < 3  # "(disk, 5s ago)"
+        assert abs(time.time() - inst.probes["disk"]["at"] - (source.offset - 11)) < 5  # "(disk, 5s ago)"
 
         await pilot.press("z")  # paused: the ages stand still while the wall clock runs on
         await until(lambda: source.paused, "paused")
@@ -115,20 +115,20 @@ async def test_a_replay_of_an_hour_ago_shows_the_ages_of_then(tmp_path: Path) ->
         await until(lambda: source.speed == 8.0 and source.offset >= 37, "past the reconnect at x8")
         app.state.tick(time.time())
         inst = box()
-        assert inst.status == "ok" and inst.age() < 3
+        assert inst.status == "ok" and inst.age() < 5
         assert inst.flaps(time.time()) == 1  # the reconnect at 35 s, within the flap window as it was then
         assert source.transitions == live  # the same, at the recorded times (the first one fed before 15 s)
         await until(lambda: any(n == "box1" for _, n, _ in app.session_events), "the timeline's entries")
         for ts, name, _text in app.session_events:  # the timeline (e) says when it happened in the recording
             if name == "box1":
-                assert start + 15 <= ts <= start + 40, (ts - start, _text)
+                assert start <= ts <= start + 41, (ts - start, _text)
 
         await pilot.press("z", "left_curly_bracket")  # paused, back to the start (rebuilt from the file)
         await until(lambda: source.paused and source.offset < 1 and box().age() is None, "rebuilt at the start")
         await pilot.press("right_square_bracket")  # then 10 s on
         await until(lambda: source.offset >= 10, "seeked")
         inst = box()
-        assert inst.status == "ok" and inst.age() is not None and inst.age() < 3
+        assert inst.status == "ok" and inst.age() is not None and inst.age() < 5
         await pilot.press("q")
 
 
