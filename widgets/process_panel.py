@@ -36,7 +36,7 @@ class ProcessPanel(Vertical):
     ProcessPanel #proc-header { height: 1; background: $panel; }
     ProcessPanel #proc-filter { display: none; height: 1; border: none; }
     ProcessPanel #proc-filter.-shown { display: block; }
-    ProcessPanel #proc-detail { height: auto; max-height: 4; background: $panel; padding: 0 1; }
+    ProcessPanel #proc-detail { height: auto; max-height: 3; background: $panel; padding: 0 1; }
     """
 
     BINDINGS = [
