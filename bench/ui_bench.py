@@ -10,6 +10,9 @@ Measures, over ``--seconds`` (default 20) at ``--size`` (default 200x60):
 Goals (design.md): lag p99 < 50 ms, CPU < 25 %, RSS < 300 MB.
 
     .venv/bin/python bench/ui_bench.py [--seconds 20] [--size 200x60] [--instances 100] [--gpus 8] [--json]
+        [--view grid|table] [--sort KEY] [--profile FILE]
+
+At 160 columns or more the detail pane (widgets/detail_pane.py) is shown beside the grid or table and counted.
 """
 
 from __future__ import annotations
@@ -184,7 +187,8 @@ def pct(values, q: float) -> float:
     return values[min(len(values) - 1, round(q / 100 * (len(values) - 1)))]
 
 
-async def run(seconds: float, size: tuple, instances: int, gpus: int, view: str = "grid", sort: str = "status") -> dict:
+async def run(seconds: float, size: tuple, instances: int, gpus: int, view: str = "grid", sort: str = "status",
+              profile: str = "") -> dict:
     fleet = BenchFleet(instances, gpus)
     app = FleetApp(fleet, theme="dark")
     lags: list = []
@@ -206,6 +210,7 @@ async def run(seconds: float, size: tuple, instances: int, gpus: int, view: str 
         await pilot.pause(1.0)
         grid = app.query_one(FleetGrid)
         grid.on_pane_rendered = rendered
+        table = None
         if view == "table":  # the table view (v), sorted on ``sort`` (util: re-sorted every second); not saved
             from widgets.fleet_table import FleetTable
 
@@ -214,20 +219,47 @@ async def run(seconds: float, size: tuple, instances: int, gpus: int, view: str 
             table.sort_key = sort
             table.resort(force=True)
             table.focus()
+            row_strip = table._row_strip
+
+            def timed_row(name: str, width: int):  # update-to-paint for the table's rows
+                before = table.paints
+                strip = row_strip(name, width)
+                if table.paints != before and name in fleet.state.instances:
+                    rendered(name, fleet.state.instances[name].updated_at)
+                return strip
+
+            table._row_strip = timed_row
             await pilot.pause(0.5)
+        from widgets.detail_pane import DetailPane
+
+        detail = app.query_one(DetailPane)
         stop = asyncio.Event()
         probe = asyncio.create_task(lag_probe(stop))
         proc = psutil.Process()
         cpu0, wall0 = time.process_time(), time.perf_counter()
-        paints0, frames0 = grid.paints, app.frames_painted
+        views = (lambda: grid.paints) if table is None else (lambda: table.paints)
+        paints0, frames0, details0 = views(), app.frames_painted, detail.renders
+        profiler = None
+        if profile:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
         frames = await fleet.feed(seconds)
         wall = time.perf_counter() - wall0
         cpu = time.process_time() - cpu0
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(profile)
         stop.set()
         await probe
         rss = proc.memory_info().rss
-        paints, ticks = grid.paints - paints0, app.frames_painted - frames0
-        visible = sum(1 for n in grid.visible_names if grid._pos[n][1] < size[1])
+        paints, ticks = views() - paints0, app.frames_painted - frames0
+        if table is None:
+            visible = sum(1 for n in grid.visible_names if grid._pos[n][1] < size[1])
+        else:
+            visible = min(len(table.visible_names), table.size.height - 1)
+        details = detail.renders - details0 if detail.display else None
     return {
         "size": "%dx%d" % size,
         "view": view if view == "grid" else "table sorted on %s" % sort,
@@ -248,9 +280,10 @@ async def run(seconds: float, size: tuple, instances: int, gpus: int, view: str 
             "max": round(1000 * max(latencies), 1) if latencies else None,
         },
         "rss_mb": round(rss / 2**20, 1),
-        "pane_renders": paints,
+        "pane_renders" if table is None else "row_renders": paints,
         "ui_frames": ticks,
-        "panes_on_screen_approx": visible,
+        "panes_on_screen_approx" if table is None else "rows_on_screen": visible,
+        "detail_pane_renders": details,  # None: the terminal is under 160 columns (no detail pane)
     }
 
 
@@ -262,10 +295,13 @@ def main() -> int:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--view", choices=("grid", "table"), default="grid")
     parser.add_argument("--sort", default="status", help="the table's sort key (--view table)")
+    parser.add_argument("--profile", default="", metavar="FILE", help="cProfile the fed seconds into FILE")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     w, h = (int(x) for x in args.size.lower().split("x"))
-    result = asyncio.run(run(args.seconds, (w, h), args.instances, args.gpus, args.view, args.sort))
+    load = os.getloadavg()
+    result = asyncio.run(run(args.seconds, (w, h), args.instances, args.gpus, args.view, args.sort, args.profile))
+    result["load_average_before_after"] = "%.1f / %.1f (%d cores)" % (load[0], os.getloadavg()[0], os.cpu_count() or 0)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

@@ -14,7 +14,7 @@ app's frame clock needs no change for it.
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, FrozenSet, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Set, Tuple
 
 from rich.segment import Segment
 from textual import events
@@ -60,23 +60,61 @@ Layout = List[Tuple[str, int, bool]]  # (key, width, right-aligned)
 
 
 # -- pure: values, sort, layout, line ------------------------------------------------------------------
+def _live(inst: InstanceState) -> List[Any]:
+    return [g for g in inst.gpus.values() if not (g.lost or g.missing)]
+
+
+def _util(inst: InstanceState, now: float) -> Optional[float]:
+    utils = [u for u in (g.util for g in _live(inst)) if u is not None]
+    return sum(utils) / len(utils) if utils else None
+
+
+def _mem(inst: InstanceState, now: float) -> Optional[float]:
+    mems = [m for m in (g.mem_fraction for g in _live(inst)) if m is not None]
+    return 100.0 * sum(mems) / len(mems) if mems else None
+
+
+def _temp(inst: InstanceState, now: float) -> Optional[int]:
+    temps: List[int] = [t for t in (g.sample.get("temp") for g in _live(inst)) if t is not None]
+    return max(temps) if temps else None
+
+
+def _power(inst: InstanceState, now: float) -> Optional[float]:
+    powers: List[float] = [p for p in (g.sample.get("power") for g in _live(inst)) if p is not None]
+    return float(sum(powers)) if powers else None
+
+
+def _uptime(inst: InstanceState, now: float) -> Optional[float]:
+    if inst.bench_running and inst.bench_started:
+        return max(0.0, now + inst.clock_offset - inst.bench_started)
+    return None
+
+
+def _progress_at(inst: InstanceState, now: float) -> Optional[float]:
+    if inst.last_log is None:
+        return None
+    ring = inst.logs.get(inst.last_log[0])
+    return ring.updated if ring is not None else None
+
+
+# one sort key's figure, computed alone: a live re-sort (every RESORT_EVERY) reads only this for every row
+SORT_VALUE: Dict[str, Callable[[InstanceState, float], Any]] = {
+    "status": lambda inst, now: inst.rank,
+    "name": lambda inst, now: inst.name,
+    "gpu": lambda inst, now: gpu_model(inst),
+    "util": _util,
+    "mem": _mem,
+    "temp": _temp,
+    "power": _power,
+    "uptime": _uptime,
+    "progress": _progress_at,  # sorts on how recent it is
+}
+
+
 def row_values(inst: InstanceState, now: float) -> Dict[str, Any]:
     """What a row shows, as numbers where it sorts on them (None: unknown)."""
-    live = [g for g in inst.gpus.values() if not (g.lost or g.missing)]
-    utils = [g.util for g in live if g.util is not None]
-    mems = [g.mem_fraction for g in live if g.mem_fraction is not None]
-    temps: List[int] = [t for t in (g.sample.get("temp") for g in live) if t is not None]
-    powers: List[float] = [p for p in (g.sample.get("power") for g in live) if p is not None]
-    uptime = None
-    if inst.bench_running and inst.bench_started:
-        uptime = max(0.0, now + inst.clock_offset - inst.bench_started)
-    progress, progress_at = "", None
-    if inst.last_log is not None:
-        path, _line, text = inst.last_log
-        progress = text
-        ring = inst.logs.get(path)
-        progress_at = ring.updated if ring is not None else None
-    verdict = inst.verdict_summary() if inst.diagnosis else ""
+    utils = [u for u in (g.util for g in _live(inst)) if u is not None]
+    progress_at = _progress_at(inst, now)
     return {
         "name": inst.name,
         "status": inst.rank,
@@ -85,14 +123,14 @@ def row_values(inst: InstanceState, now: float) -> Dict[str, Any]:
         "busy": sum(1 for u in utils if u >= BUSY_UTIL),
         "total": len(inst.gpus),
         "util": sum(utils) / len(utils) if utils else None,
-        "mem": 100.0 * sum(mems) / len(mems) if mems else None,
-        "temp": max(temps) if temps else None,
-        "power": float(sum(powers)) if powers else None,
-        "uptime": uptime,
+        "mem": _mem(inst, now),
+        "temp": _temp(inst, now),
+        "power": _power(inst, now),
+        "uptime": _uptime(inst, now),
         "progress": progress_at,  # sorts on how recent it is
-        "progress_text": progress,
+        "progress_text": inst.last_log[2] if inst.last_log is not None else "",
         "progress_age": None if progress_at is None else max(0.0, now - progress_at),
-        "verdict": verdict,
+        "verdict": inst.verdict_summary() if inst.diagnosis else "",
         "verdict_current": inst.diagnosis_counts(),
     }
 
@@ -201,6 +239,8 @@ def row_line(values: Dict[str, Any], cols: Layout, pal: Palette, status: str, *,
 class FleetTable(ScrollView, can_focus=True):
     """The table view (keyboard: arrows, Enter, space, a, u, o, O, S; mouse: click, double-click)."""
 
+    HELP_TITLE = "Fleet table (v)"  # its section in ? help (widgets/help_screen.py)
+
     DEFAULT_CSS = """
     FleetTable { height: 1fr; scrollbar-size-vertical: 1; }
     """
@@ -234,7 +274,7 @@ class FleetTable(ScrollView, can_focus=True):
         self.stable = stable
         self._names: List[str] = []
         self._index: Dict[str, int] = {}
-        self._values: Dict[str, Dict[str, Any]] = {}
+        self._values: Dict[str, Tuple[Tuple[int, int], Dict[str, Any]]] = {}  # name -> ((version, tick), values)
         self._cache: Dict[str, Tuple[tuple, Strip]] = {}
         self._cols: Layout = []
         self._order_version = -1
@@ -278,7 +318,8 @@ class FleetTable(ScrollView, can_focus=True):
         now = time.time()
         query = self.grid.query_text
         items = self.state.ordered(query)
-        values = {i.name: row_values(i, now) for i in items}
+        figure = SORT_VALUE[self.sort_key]  # (only the sort figure for every row: the rows shown get the rest)
+        values = {i.name: {self.sort_key: figure(i, now)} for i in items}
         held = (self.stable or time.monotonic() < self._hold_until) and not force and query == self._query
         if held and self._names:
             place = {n: k for k, n in enumerate(self._names)}
@@ -286,19 +327,21 @@ class FleetTable(ScrollView, can_focus=True):
         else:
             names = sort_names(values, self.sort_key, self.reverse)
         self._query = query
-        self._values = values
+        if len(self._values) > len(values):
+            self._values = {n: v for n, v in self._values.items() if n in values}
         self._order_version = self.state.order_version
         self._count = len(self.state.instances)
         self._sorted_at = now
         if names != self._names:
             self._names = names
             self._index = {n: k for k, n in enumerate(names)}
-            self._cache.clear()
+            if len(self._cache) > len(names):  # (a row's strip does not depend on its place: kept on a re-sort)
+                self._cache = {n: c for n, c in self._cache.items() if n in self._index}
             self.refresh()
         if self.grid.cursor_name not in self._index:
             self.grid.cursor_name = names[0] if names else None
         name_w = min(24, max((len(n) for n in names), default=4))
-        status_w = max((len(v["badge"]) + 2 for v in values.values()), default=6)
+        status_w = max((len(badge_text(i, now)) + 2 for i in items), default=6)
         width = self.scrollable_content_region.width or self.size.width
         cols = layout(max(20, width), name_w, status_w)
         if cols != self._cols or width != self._laid_width:
@@ -333,8 +376,16 @@ class FleetTable(ScrollView, can_focus=True):
             if inst is None:
                 continue
             if cached is None or cached[0][0] != inst.version or cached[0][5] != self._tick(inst):
-                self._values[name] = row_values(inst, now)
-                self.refresh(Region(0, y, self.size.width, 1))
+                self.refresh(Region(0, y, self.size.width, 1))  # (its values are computed as it is drawn)
+
+    def values_for(self, name: str, inst: InstanceState, tick: int) -> Dict[str, Any]:
+        """``row_values`` of a row, computed once per (instance version, second for rows that age)."""
+        hit = self._values.get(name)
+        if hit is not None and hit[0] == (inst.version, tick):
+            return hit[1]
+        values = row_values(inst, time.time())
+        self._values[name] = ((inst.version, tick), values)
+        return values
 
     def _tick(self, inst: InstanceState) -> int:
         """The second, for rows whose text ages (progress age, uptime, a stale badge)."""
@@ -404,9 +455,7 @@ class FleetTable(ScrollView, can_focus=True):
         cached = self._cache.get(name)
         if cached is not None and cached[0] == key:
             return cached[1]
-        values = self._values.get(name)
-        if values is None or cached is None or cached[0][0] != inst.version or cached[0][5] != key[5]:
-            values = self._values[name] = row_values(inst, time.time())
+        values = self.values_for(name, inst, key[5])
         line = row_line(values, self._cols, pal, inst.status, cursor=cursor, selected=selected,
                         dim=inst.status in ("unreachable", STALE))
         if cursor:
