@@ -175,6 +175,21 @@ async def test_read_only_refuses_kill_and_the_process_lives(sshd: Sshd, tmp_path
         records = AuditLog(tmp_path / "audit.jsonl").read()
         assert [r["outcome"] for r in records if r["action"] == "signal:KILL"] == ["refused"]
 
+        # collapse all / expand all
+        parents = lambda: [n for n in tree._pt_nodes.values() if n.children]  # noqa: E731
+        await pilot.press("minus")
+        await wait_until(pilot, lambda: parents() and not any(n.is_expanded for n in parents()), what="collapsed")
+        await pilot.press("plus")
+        await wait_until(pilot, lambda: all(n.is_expanded for n in parents()), what="expanded")
+        # esc closes the filter and drops it; the next esc leaves the instance screen
+        await pilot.press("slash", *"no-such-process-zz")
+        await wait_until(pilot, lambda: tree.shown == 0, what="an empty filter result")
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: tree.filter_text == "" and tree.shown > 2, what="the filter dropped")
+        assert isinstance(app.screen, InstanceScreen) and app.focused is tree
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, InstanceScreen), what="back to the grid")
+
 
 def test_the_signal_op_checks_the_start_time_and_protected_pids(work: Workload) -> None:
     pid = work.big.pid
