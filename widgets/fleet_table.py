@@ -35,6 +35,8 @@ from .render import Line
 FRAME_INTERVAL = 0.25  # the app's repaint rate (console/app.py)
 RESORT_EVERY = 1.0  # seconds between re-sorts on a live figure (util, mem, temp, power, uptime, progress)
 ORDER_HOLD = 2.0  # seconds the order holds after a key moves or selects (as the grid)
+ROW_BUDGET = 16  # changed rows rebuilt per frame at most: a burst (every row's age ticking over in the same
+# second, agents sampling in phase) is spread over the next frames instead of blocking one (as the grid's panes)
 
 # key, header, width (0: the rest), drop order when narrow (higher drops first), right-aligned
 COLUMNS: Tuple[Tuple[str, str, int, int, bool], ...] = (
@@ -285,6 +287,8 @@ class FleetTable(ScrollView, can_focus=True):
         self._palette: Optional[Palette] = None
         self._laid_width = -1
         self._marks: Tuple[Optional[str], FrozenSet[str]] = (None, frozenset())  # cursor, selection painted
+        self._built = 0  # rows rebuilt since the last poll (ROW_BUDGET)
+        self._scan = 0  # where the last poll's budget ran out: the next one starts there (no row starves)
         self.paints = 0
 
     # -- palette / theme -----------------------------------------------------------------------------
@@ -364,18 +368,22 @@ class FleetTable(ScrollView, can_focus=True):
         if marks != self._marks:  # moved or (un)selected elsewhere: the grid, esc, the command bar
             self._marks = marks
             self.refresh()
+        self._built = 0
         top = int(self.scroll_offset.y)
-        height = self.size.height
-        for y in range(1, height):
-            k = top + y - 1
-            if k >= len(self._names):
-                break
-            name = self._names[k]
+        rows = max(0, min(self.size.height - 1, len(self._names) - top))
+        budget = ROW_BUDGET
+        for step in range(rows):
+            y = 1 + (self._scan + step) % rows
+            name = self._names[top + y - 1]
             inst = self.state.instances.get(name)
             cached = self._cache.get(name)
             if inst is None:
                 continue
             if cached is None or cached[0][0] != inst.version or cached[0][5] != self._tick(inst):
+                if budget <= 0:
+                    self._scan = y - 1
+                    break
+                budget -= 1
                 self.refresh(Region(0, y, self.size.width, 1))  # (its values are computed as it is drawn)
 
     def values_for(self, name: str, inst: InstanceState, tick: int) -> Dict[str, Any]:
@@ -455,6 +463,9 @@ class FleetTable(ScrollView, can_focus=True):
         cached = self._cache.get(name)
         if cached is not None and cached[0] == key:
             return cached[1]
+        if cached is not None and self._built >= ROW_BUDGET and cached[0][1:5] == key[1:5] and cached[0][6] == key[6]:
+            return cached[1]  # only its figures moved, and this frame's budget is spent: the next poll redraws it
+        self._built += 1
         values = self.values_for(name, inst, key[5])
         line = row_line(values, self._cols, pal, inst.status, cursor=cursor, selected=selected,
                         dim=inst.status in ("unreachable", STALE))
