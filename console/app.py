@@ -123,6 +123,9 @@ class FleetApp(App):
         self._last_tick = 0.0
         # detail on demand (console/detail.py): agents of instances out of view send a summary
         send_detail = getattr(controller, "set_detail", None)
+        monitoring = getattr(controller, "monitoring", None)  # --metrics-port / --record want every stream in full
+        if getattr(monitoring, "metrics_at", None) or getattr(monitoring, "record_path", None):
+            send_detail = None
         self.detail = DetailTracker(self.state, send_detail) if callable(send_detail) else None
         self._header_key: Any = None
         self._stopped = False
