@@ -19,6 +19,10 @@ Processes: NVML's pids are the host's; ``gpumap.PidMapper`` maps them onto this 
 ``mig``: its instances (profile, memory, processes), sent in slim frames only when they changed.  The driver
 going away while the agent runs (NVML's "Driver Not Loaded" / "Library Not Found" from a device call) is state
 ``no_gpu`` again, NVML initialized anew after ``gpu.lost_retry`` seconds (as a lost device is re-probed).
+
+At detail level "summary" (``summary = True``, op ``detail``: the console does not show this host) a slim frame
+is sent only when ``_summary_due``: a figure moved beyond its threshold since the last frame sent, a device was
+lost or came back, its process list changed, or SUMMARY_EVERY seconds passed; NVML is still read every sample.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The agent's main loop: hello, then samples on a clock, and requests answered by id (``ops.OPS``)."""
+"""The agent's main loop: hello, then samples on a clock, and requests answered by id (``ops.OPS``).
+
+The detail level (op ``detail``) is "full" unless the console asks for "summary" for a host it does not show:
+then GPU frames on change, the benchmark's processes every 5 s, log lines held until "full" again."""
 
 from __future__ import annotations
 
