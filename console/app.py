@@ -22,7 +22,7 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.notifications import Notify
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
 from console.actions import ActionError, ReadOnlyError
 from console.detail import DetailTracker, table_on_screen
@@ -34,6 +34,7 @@ from widgets.confirm_screen import ConfirmScreen
 from widgets.filter_bar import FilterBar
 from widgets.fleet_grid import FleetGrid
 from widgets.fleet_table import FleetTable, table_from_settings, toggle_view
+from widgets.footer import Footer  # Textual's, without its recompose leak (issue 15 item 11)
 from widgets.help_screen import HelpScreen
 from widgets.instance_screen import InstanceScreen
 from widgets.messages import OpenInstance, SelectionChanged

@@ -14,13 +14,14 @@ from textual.containers import ScrollableContainer, VerticalScroll
 from textual.content import Content
 from textual.css.query import NoMatches
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static, TabbedContent, TabPane
+from textual.widgets import Input, Static, TabbedContent, TabPane
 
 from console.agent.timefmt import fmt_age as format_age
 from console.state import FleetState, InstanceState, LogRing
 from console.status import STALE, badge
 
 from .evidence_view import EvidenceView
+from .footer import Footer  # Textual's, without its recompose leak (issue 15 item 11)
 from .gpu_panel import GpuPanel
 from .log_grep import GrepScreen
 from .log_view import LogView
