@@ -208,6 +208,8 @@ class FleetApp(App):
         """Pull what changed from the state and repaint just that (runs at FRAME_INTERVAL)."""
         if not self.screen_stack or not self.screen_stack[0].is_mounted:  # closing: the frame timer outlived the grid
             return
+        if getattr(self.screen_stack[0], "_pruning", False):  # closing: its widgets go one by one (#topbar first)
+            return
         now = time.time()
         state = self.state
         if now - self._last_tick >= TICK_INTERVAL:
