@@ -236,6 +236,11 @@ class LogView(ScrollView, can_focus=True):
             return
         self.scroll_page_up(animate=False)
 
+    def on_mouse_scroll_up(self) -> None:
+        self.follow = False  # the wheel up reads back: the tail no longer pulls the view down
+        if self.scroll_offset.y == 0:
+            self.load_older()
+
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
         if round(new_value) == 0 and round(old_value) > 0 and not self.follow:
