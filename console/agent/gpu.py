@@ -64,7 +64,7 @@ _FIELD_CODES = {
     27,  # NOT_READY
 }
 _NO_DRIVER_CODES = {9, 12}  # DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND
-# Detail level "summary" (an instance the console does not show): a frame only when a figure moved this much
+# Detail level "summary" (an instance the console does not show): a frame only when a figure moved more than this
 # since the last frame sent, a device was lost or came back, its processes changed, or SUMMARY_EVERY passed.
 SUMMARY_EVERY = 5.0
 SUMMARY_UTIL = 5  # points of util / mem_util
@@ -521,10 +521,10 @@ class GpuSampler:
 
 
 def _moved(old: Any, new: Any, limit: float) -> bool:
-    """A figure appeared, went away, or changed by ``limit`` or more."""
+    """A figure appeared, went away, or changed by more than ``limit``."""
     if old is None or new is None:
         return (old is None) != (new is None)
-    return abs(float(new) - float(old)) >= limit
+    return abs(float(new) - float(old)) > limit
 
 
 def _gpu_procs(raw: Optional[List[Any]]) -> List[GpuProc]:
