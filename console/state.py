@@ -220,6 +220,7 @@ class InstanceState:
         # Detail on demand (console/detail.py, op ``detail``): an instance off screen gets GPU frames on change or
         # every 5 s and only its benchmark's and GPU's processes; the pane says how old its figures are.
         self.gpu_at: Optional[float] = None  # console clock of the last gpu frame
+        self.gpu_host_ts: Optional[float] = None  # its ``ts`` (the host's clock)
         self.procs_subset = False  # the process table holds only the benchmark's and GPU's processes
         self.detail_level = "full"  # as the agent's last heartbeat said
 
@@ -683,11 +684,14 @@ def _on_gpu(inst: InstanceState, raw: Frame, now: float) -> None:
     if devices:
         inst.gpu_ts.append(now)
     if devices:
-        # seconds of idleness (IDLE_WINDOW): a frame counts for the time since the previous one, 1 to 10 s (an
-        # instance at detail "summary" sends one every 5 s while nothing moves)
-        step = 1 if inst.gpu_at is None else min(10, max(1, int(now - inst.gpu_at + 0.5)))
+        # seconds of idleness (IDLE_WINDOW): a frame counts for the time since the previous one on the host's
+        # clock (sampled on a steady clock there, whatever the console's delays), 1 to 10 s (an instance at
+        # detail "summary" sends one every 5 s while nothing moves)
+        ts, last = frame.get("ts"), inst.gpu_host_ts
+        step = 1 if not ts or not last else min(10, max(1, int(ts - last + 0.5)))
         inst._idle_count = inst._idle_count + step if all_idle else 0
     inst.gpu_at = now
+    inst.gpu_host_ts = frame.get("ts")
 
 
 def _on_procs(inst: InstanceState, raw: Frame, now: float) -> None:

@@ -225,3 +225,25 @@ def test_small_fleet_stays_full() -> None:
         tracker.update(["a", "b"])
         tracker.update(["a"])  # "b" out of view, but "b" is not connected: nothing to ask
     assert sent == []
+
+
+def test_idleness_counts_seconds_at_summary() -> None:
+    """An idle GPU that sends a frame every 5 s (summary) is gpu_idle after ~30 s, as one sending every second."""
+    from console.inventory import Instance
+    from console.state import IDLE_WINDOW
+
+    clock = [1000.0]
+    state = FleetState(clock=lambda: clock[0])
+    state.add_instance(Instance(name="a", host="127.0.0.1"))
+    state.set_link_status("a", "connected")
+    frames = 0
+    while state.get("a").status != "gpu_idle":  # type: ignore[union-attr]
+        assert frames <= IDLE_WINDOW // 5 + 1, "idle for %d s and still not gpu_idle" % (frames * 5)
+        state.apply_frame("a", {"type": "gpu", "ts": 50.0 + 5 * frames, "state": "ok", "full": frames == 0,
+                                "devices": [{"index": 0, "util": 0, "mem_used": 1, "procs": []}]})
+        state.apply_frame("a", {"type": "heartbeat", "ts": 50.0 + 5 * frames, "seq": frames, "level": "summary"})
+        frames += 1
+        clock[0] += 5.0
+        state.tick()
+        assert state.get("a").status != "stale"  # type: ignore[union-attr]
+    assert frames >= IDLE_WINDOW // 5
