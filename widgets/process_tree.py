@@ -378,12 +378,15 @@ class ProcessTree(Tree[int]):
             parts = label.divide([COLS_WIDTH])
             text = Text(style=line_style, no_wrap=True)
             text.append_text(parts[0])
+            guides_at = len(text)
             if len(line.path) > 2:  # the top level needs no guide
                 for above in line.path[1:-1][1:]:
                     text.append("  " if above.is_last else "│ ", style=guide_style)
                 text.append("└ " if line.last else "├ ", style=guide_style)
             if node._allow_expand:
                 text.append(self.ICON_NODE_EXPANDED if node.is_expanded else self.ICON_NODE, line_style + TOGGLE)
+            if self.cursor_line == y:  # the cursor bar runs on through the guides, from the figures to the command
+                text.stylize(self.get_component_rich_style("tree--cursor", partial=False), guides_at, len(text))
             if len(parts) > 1:
                 text.append_text(parts[1])
             text.stylize(Style(meta={"node": node._id}))
