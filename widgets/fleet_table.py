@@ -35,8 +35,9 @@ from .render import Line
 FRAME_INTERVAL = 0.25  # the app's repaint rate (console/app.py)
 RESORT_EVERY = 1.0  # seconds between re-sorts on a live figure (util, mem, temp, power, uptime, progress)
 ORDER_HOLD = 2.0  # seconds the order holds after a key moves or selects (as the grid)
-ROW_BUDGET = 16  # changed rows rebuilt per frame at most: a burst (every row's age ticking over in the same
-# second, agents sampling in phase) is spread over the next frames instead of blocking one (as the grid's panes)
+AGE_EVERY = 1.0  # seconds after which a row that shows ages is redrawn even when its instance did not change
+ROW_BUDGET = 32  # changed rows rebuilt per frame at most: a burst (agents sampling in phase, a reconnect storm)
+# is spread over the next frames instead of blocking one (as the grid's panes)
 
 # key, header, width (0: the rest), drop order when narrow (higher drops first), right-aligned
 COLUMNS: Tuple[Tuple[str, str, int, int, bool], ...] = (
@@ -276,8 +277,7 @@ class FleetTable(ScrollView, can_focus=True):
         self.stable = stable
         self._names: List[str] = []
         self._index: Dict[str, int] = {}
-        self._values: Dict[str, Tuple[Tuple[int, int], Dict[str, Any]]] = {}  # name -> ((version, tick), values)
-        self._cache: Dict[str, Tuple[tuple, Strip]] = {}
+        self._cache: Dict[str, Tuple[tuple, Strip, float]] = {}  # name -> (key, strip, when built)
         self._cols: Layout = []
         self._order_version = -1
         self._query = ""
@@ -331,8 +331,6 @@ class FleetTable(ScrollView, can_focus=True):
         else:
             names = sort_names(values, self.sort_key, self.reverse)
         self._query = query
-        if len(self._values) > len(values):
-            self._values = {n: v for n, v in self._values.items() if n in values}
         self._order_version = self.state.order_version
         self._count = len(self.state.instances)
         self._sorted_at = now
@@ -379,25 +377,20 @@ class FleetTable(ScrollView, can_focus=True):
             cached = self._cache.get(name)
             if inst is None:
                 continue
-            if cached is None or cached[0][0] != inst.version or cached[0][5] != self._tick(inst):
+            if cached is None or cached[0][0] != inst.version or self._aged(inst, cached[2], now):
                 if budget <= 0:
                     self._scan = y - 1
                     break
                 budget -= 1
                 self.refresh(Region(0, y, self.size.width, 1))  # (its values are computed as it is drawn)
 
-    def values_for(self, name: str, inst: InstanceState, tick: int) -> Dict[str, Any]:
-        """``row_values`` of a row, computed once per (instance version, second for rows that age)."""
-        hit = self._values.get(name)
-        if hit is not None and hit[0] == (inst.version, tick):
-            return hit[1]
-        values = row_values(inst, time.time())
-        self._values[name] = ((inst.version, tick), values)
-        return values
+    def _aged(self, inst: InstanceState, built: float, now: float) -> bool:
+        """Whether a row built at ``built`` shows ages (progress age, uptime, a stale badge) a second old now.
 
-    def _tick(self, inst: InstanceState) -> int:
-        """The second, for rows whose text ages (progress age, uptime, a stale badge)."""
-        return int(time.time()) if (inst.last_log or inst.bench_running or inst.status == STALE) else 0
+        Counted from when the row was last drawn, not on the clock's second: a row redrawn for a change
+        carries fresh ages with it, and the rows' age redraws spread over the second instead of all landing
+        in one frame."""
+        return now - built >= AGE_EVERY and bool(inst.last_log or inst.bench_running or inst.status == STALE)
 
     def set_sort(self, key: str, reverse: Optional[bool] = None) -> None:
         if key not in SORT_KEYS:
@@ -459,20 +452,21 @@ class FleetTable(ScrollView, can_focus=True):
             return Strip.blank(width, pal.base)
         cursor = name == self.grid.cursor_name
         selected = name in self.grid.selected
-        key = (inst.version, width, cursor, cursor and self.has_focus, selected, self._tick(inst), id(self._cols))
+        key = (inst.version, width, cursor, cursor and self.has_focus, selected, id(self._cols))
         cached = self._cache.get(name)
-        if cached is not None and cached[0] == key:
+        now = time.time()
+        if cached is not None and cached[0] == key and not self._aged(inst, cached[2], now):
             return cached[1]
-        if cached is not None and self._built >= ROW_BUDGET and cached[0][1:5] == key[1:5] and cached[0][6] == key[6]:
+        if cached is not None and self._built >= ROW_BUDGET and cached[0][1:] == key[1:]:
             return cached[1]  # only its figures moved, and this frame's budget is spent: the next poll redraws it
         self._built += 1
-        values = self.values_for(name, inst, key[5])
+        values = row_values(inst, now)
         line = row_line(values, self._cols, pal, inst.status, cursor=cursor, selected=selected,
                         dim=inst.status in ("unreachable", STALE))
         if cursor:
             line.stylize(pal.cursor)
         strip = Strip(line.segments(pal.base)).adjust_cell_length(width, pal.base)
-        self._cache[name] = (key, strip)
+        self._cache[name] = (key, strip, now)
         self.paints += 1
         return strip
 
