@@ -178,6 +178,13 @@ class ReplayState(ObservedState):
     def tick(self, now: float | None = None) -> None:
         super().tick(self.virtual_now + self.shift)
 
+    def add_instance(self, instance: Any) -> Any:
+        new = instance.name not in self.instances
+        inst = super().add_instance(instance)
+        if new:  # no process table yet: the host's clock taken as the recording's, i.e. ours minus the shift
+            inst.clock_offset = -self.shift
+        return inst
+
     def reshift(self, delta: float) -> None:
         """Move every console-clock time the state holds by ``delta`` (statuses and relative ages unchanged)."""
         self.shift += delta
@@ -258,10 +265,8 @@ class ReplaySource:
     def _reset(self) -> None:
         self.state.instances.clear()
         self.state.order_version += 1
-        shift, self.state.shift = self.state.shift, 0.0
         for inst in self.instances:
             self.state.add_instance(inst)
-        self.state.reshift(shift)  # fresh instances on the same footing (their host clock offset)
         self.state.seen.clear()
         self.state.known.intersection_update(self.state.instances)
         self._records = read_records(self.path)
