@@ -10,6 +10,12 @@ python flushes one by one (small packets, as an agent's frames are), and reports
 per-line cost), over lines already buffered.
 
     .venv/bin/python bench/cipher_bench.py [--mb 50] [--lines 100000] [--rounds 3] [--ciphers a,b,...]
+
+``--links N --recording FILE`` measures the links alone instead (no UI): N links from this process to
+``bench/scale.py``'s replay host (N instances replaying FILE, a recording of the real agent), and reports the
+time until all are connected, the CPU that took, the event loop's lag meanwhile (a 50 ms ticker: what a key
+press would wait), the most handshakes in flight, and the steady CPU over ``--steady`` s. ``--root DIR``
+measures another checkout's ``console`` (a before/after on the same box).
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if "--root" in sys.argv[1:-1]:  # before any import of console: the checkout to measure
+    sys.path.insert(0, str(Path(sys.argv[sys.argv.index("--root") + 1]).resolve()))
+sys.path.insert(1 if "--root" in sys.argv[1:-1] else 0, str(ROOT))
 
 import asyncssh  # noqa: E402
 
@@ -78,13 +86,88 @@ async def read_overhead(n: int = 200_000) -> None:
         print(f"read overhead: {mode:18s} {per_line:6.1f} CPU us per line")
 
 
+async def links_only(hosts: int, recording: Path, steady: float) -> None:
+    """N links (no UI) against the replay host: connect storm and steady receive cost of this process."""
+    import importlib.util
+    import os
+
+    import psutil
+
+    import console.link
+    from console.inventory import load_fleet
+    from console.link import make_link
+
+    spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "bench" / "scale.py")
+    assert spec is not None and spec.loader is not None
+    scale = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scale)
+    scale.raise_nofile()
+    scale.console_env()
+    print(f"links only: {hosts} hosts, console from {Path(console.link.__file__).parent}; "
+          f"{os.environ.get('FLEET_CONSOLE_CONNECT_SLOTS', 'default')} connect slots")
+    with tempfile.TemporaryDirectory(prefix="cipher-bench-links-") as tmp:
+        fleet_host = scale.ReplayFleet(hosts, recording, Path(tmp))
+        fleet_host.start()
+        frames = [0]
+
+        def on_frame(_name: str, _frame: dict[str, object]) -> None:
+            frames[0] += 1
+
+        try:
+            fleet = load_fleet(fleet_host.fleet_path)
+            links = [make_link(inst, on_frame, lambda *_: None) for inst in fleet.instances]
+            me = psutil.Process()
+            cpu0, t0 = me.cpu_times(), time.monotonic()
+            for link in links:
+                link.start()
+            lags: list[float] = []
+            while sum(link.status == "connected" for link in links) < hosts and time.monotonic() - t0 < 600:
+                tick = time.monotonic()
+                await asyncio.sleep(0.05)
+                lags.append(time.monotonic() - tick - 0.05)
+            connected = sum(link.status == "connected" for link in links)
+            cpu1, t1 = me.cpu_times(), time.monotonic()
+            lags.sort()
+            print(f"all {connected}/{hosts} connected in {t1 - t0:.1f} s, "
+                  f"{cpu1.user + cpu1.system - cpu0.user - cpu0.system:.1f} CPU s; loop lag meanwhile "
+                  f"p50 {1000 * lags[len(lags) // 2]:.0f} ms, p90 {1000 * lags[len(lags) * 9 // 10]:.0f} ms, "
+                  f"max {1000 * lags[-1]:.0f} ms")
+            try:
+                from console.link import pace  # the limiter, where this checkout has one
+
+                limiter = pace.connect_limiter()
+                print(f"connect limiter: {limiter.slots} slots, peak {limiter.peak} in flight")
+            except ImportError:
+                print("connect limiter: none in this checkout")
+            print(f"cipher: {getattr(links[0], 'cipher', None) or 'asyncssh default (chacha20-poly1305)'}")
+            await asyncio.sleep(2.0)
+            cpu2, t2, f2 = me.cpu_times(), time.monotonic(), frames[0]
+            await asyncio.sleep(steady)
+            cpu3, t3 = me.cpu_times(), time.monotonic()
+            busy = cpu3.user + cpu3.system - cpu2.user - cpu2.system
+            print(f"steady: {100 * busy / (t3 - t2):.1f} % of a core for {(frames[0] - f2) / (t3 - t2):.0f} "
+                  f"frames/s ({1e6 * busy / max(1, frames[0] - f2):.0f} CPU us per frame)")
+            await asyncio.gather(*(link.stop() for link in links))
+        finally:
+            fleet_host.stop()
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mb", type=int, default=50, help="MB read per round")
     parser.add_argument("--lines", type=int, default=100_000, help="300-byte lines read per round (0: none)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per cipher (the best one is reported)")
     parser.add_argument("--ciphers", default=",".join(DEFAULT_CIPHERS))
+    parser.add_argument("--links", type=int, default=0, help="measure N links to the replay host instead")
+    parser.add_argument("--recording", help="with --links: the recording to replay (bench/scale.py's format)")
+    parser.add_argument("--steady", type=float, default=20.0, help="with --links: seconds of steady CPU")
+    parser.add_argument("--root", help="with --links: the checkout whose console is measured")
     args = parser.parse_args()
+    if args.links:
+        if not args.recording:
+            parser.error("--links needs --recording")
+        await links_only(args.links, Path(args.recording), args.steady)
+        return
     bulk = f"head -c {args.mb * 1024 * 1024} /dev/zero"
     lines = "python3 -c " + shlex.quote(SMALL_LINES.format(n=args.lines))
     modes = [("bulk", bulk)] + ([("300 B lines", lines)] if args.lines else [])
