@@ -1,4 +1,4 @@
-"""Textual's Footer without its leak: every recompose left the old keys alive (Textualize/textual#6666).
+"""Textual's Footer without its leak: every recompose left the old keys alive (seen on the pinned Textual 8).
 
 ``Footer.compose`` binds each ``FooterKey`` with ``data_bind(compact=Footer.compact)``, which stores
 ``(key, setter)`` in the footer's own watcher list. Textual prunes that list only when ``compact`` changes
