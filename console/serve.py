@@ -507,7 +507,9 @@ def run_serve(args: argparse.Namespace) -> int:
                                           auto_diagnose=not args.no_auto_diagnose, log_transitions=True)
         monitorings.append(monitoring)
         # as the TUI: the fleet file is followed (edits, SIGHUP: systemd's ExecReload=kill -HUP $MAINPID)
-        return MonitoredController(fleet, monitoring, read_only=args.read_only, demo=demo, watch=not demo)
+        controller = MonitoredController(fleet, monitoring, read_only=args.read_only, demo=demo, watch=not demo)
+        controller.auto_diagnose = False  # serve's automatic diagnosis is the monitoring's (--no-auto-diagnose)
+        return controller
 
     # a fleet file: SIGHUP reloads it (console/fleet_watch.py takes the signal once the links start; until
     # then it is ignored, not fatal); the demo has no file, so there SIGHUP stops serve as TERM does
