@@ -339,6 +339,12 @@ class Runner:
         enter = ""
         if self.isolate:  # the agent runs inside the incident's PID namespace: it sees only its processes
             body += f"HOLDER=$(cat {shlex.quote(str(run / 'holder.pid'))})\n"
+            # a loaded box can fail one setns: try the entry first (a failed exec would read as "python broken")
+            log = shlex.quote(str(run / "nsenter.log"))
+            body += (
+                'n=0; until nsenter --target "$HOLDER" --pid --mount true 2>>' + log + "; do\n"
+                '  n=$((n+1)); [ "$n" -ge 30 ] && break; sleep 0.1\ndone\n'
+            )
             enter = 'nsenter --target "$HOLDER" --pid --mount --wd="$PWD" -- '
         wrapper.write_text(f'#!/bin/sh\n{body}exec {enter}{shlex.quote(sys.executable)} "$@"\n')
         wrapper.chmod(0o755)
@@ -423,6 +429,8 @@ class Runner:
             time.sleep(0.01)
         live.holder = holder
         (run / "holder.pid").write_text(str(holder))
+        if self.isolate:
+            _wait_enterable(holder, proc)
         deadline = time.monotonic() + 10
         while len(_children(holder)) < sum(1 for s in specs if s.get("state") != "exit"):
             if time.monotonic() > deadline:
@@ -528,12 +536,13 @@ class Runner:
         out.exit_code = result.returncode
         if result.returncode not in (0, 1):
             out.error = f"exit {result.returncode}: {result.stderr.strip()[-300:]}"
+            out.error += _harness_note(run)
             return
         data = json.loads(result.stdout)
         out.data = data
         verdict = data.get("verdict") or {}
         out.got = verdict.get("code")
-        out.summary = str(verdict.get("summary") or "")
+        out.summary = str(verdict.get("summary") or "") + _harness_note(run)
         out.evidence_ok = check_evidence(incident.expect, data)
 
 
@@ -576,6 +585,31 @@ def _can_isolate() -> bool:
     except (OSError, subprocess.SubprocessError):
         return False
     return done.returncode == 0
+
+
+def _harness_note(run: Path) -> str:
+    """What nsenter said when the wrapper had to retry: the harness, not the product, stumbled."""
+    log = run / "nsenter.log"
+    if not log.exists() or not log.stat().st_size:
+        return ""
+    return f" (harness: nsenter retried: {log.read_text(errors='replace').strip()[-200:]})"
+
+
+def _wait_enterable(holder: int, unshare: subprocess.Popen[bytes]) -> None:
+    """Wait until nsenter can enter the incident's namespaces (its init has mounted its own /proc)."""
+    deadline = time.monotonic() + 10
+    err = b""
+    while time.monotonic() < deadline and unshare.poll() is None:
+        done = subprocess.run(
+            ["nsenter", "--target", str(holder), "--pid", "--mount", "--", "test", "-r", "/proc/1/stat"],
+            capture_output=True,
+            timeout=10,
+        )
+        if done.returncode == 0:
+            return
+        err = done.stderr
+        time.sleep(0.05)
+    raise RuntimeError(f"cannot enter the incident's namespace: {err.decode(errors='replace').strip()[-200:]}")
 
 
 def _ns_pid(pid: int) -> int:
