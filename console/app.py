@@ -40,6 +40,7 @@ from widgets.instance_screen import InstanceScreen
 from widgets.messages import OpenInstance, SelectionChanged
 from widgets.pane import ages as pane_ages
 from widgets.probe_menu import ProbeMenu
+from widgets.styles_cache import release_dead_line_caches
 
 FRAME_INTERVAL = 0.25  # seconds between repaints (4 Hz)
 TICK_INTERVAL = 1.0  # seconds between re-derivations of time-based states (stale, idle)
@@ -193,6 +194,8 @@ class FleetApp(App):
         # Once the screens are built, move the long-lived objects out of the collector's way: full
         # collections then scan only what came later (measured: 70+ ms gen-2 pauses otherwise).
         self.set_timer(2.0, gc.freeze)
+        # dialogs, toasts and recomposed panes leave their rendered lines in Textual's cache otherwise
+        self.set_interval(60.0, release_dead_line_caches)
         self.paint_frame()
         try:
             await self.controller.start()

@@ -28,6 +28,7 @@ from .log_view import LogView
 from .pane import retry_text
 from .process_panel import ProcessPanel
 from .render import operator_text, short_path
+from .styles_cache import release_dead_line_caches
 
 SEVERITY_STYLE = {"critical": "bold reverse red", "error": "bold red", "warning": "yellow", "info": "dim"}
 TABS = ("tab-gpus", "tab-procs", "tab-logs", "tab-diag", "tab-probes")
@@ -224,6 +225,9 @@ class InstanceScreen(Screen):
                 yield Static(id="probe-text")  # command output: long lines scroll sideways, never wrap
         yield Input(placeholder="search the log (enter: find, then n / N; esc: close)", id="log-search", compact=True)
         yield Footer()
+
+    def on_unmount(self) -> None:
+        release_dead_line_caches()  # else Textual keeps this screen's rendered lines (widgets/styles_cache.py)
 
     def on_mount(self) -> None:
         inst = self.inst
