@@ -375,6 +375,13 @@ def test_a_dormant_parent_is_read_when_a_child_comes_and_goes(children, monkeypa
     sampler = ProcSampler({"proc_root": parent.pid}, backend="proc")
     sampler.sample({})
     entry = sampler._entries[parent.pid]
+    # on a busy machine sh may still be starting (state R, or CPU since the last reading): hot, read each
+    # sample until it sits in `read`, which a sample or two shows
+    def settled():
+        sampler.sample({})
+        return entry.next_read > time.monotonic() + 10
+
+    _until(settled, timeout=5, step=0.05)
     first = entry.read_at
     time.sleep(0.3)
     sampler.sample({})
