@@ -16,8 +16,10 @@ receives (SSH packets, JSON lines, state updates, paints), not in who produced t
    key event to the first refresh after its effect (the cursor moved / the screen changed).
 
 One line per figure: time until all N hosts' GPUs are in the fleet state (what the header counts), steady
-console CPU (% of one core, over ``--steady`` s once all are in), the replay host's CPU over the same window,
-console RSS, down-arrow latency p50/max, open an instance / back, and ``fleet-console status --json`` wall time.
+console CPU (% of one core, over ``--steady`` s once all are in: the UI process plus its link workers, each
+also on its own line; ``FLEET_CONSOLE_LINK_WORKERS=0`` keeps the links in the UI process for a side-by-side),
+the replay host's CPU over the same window, console RSS (UI process; the workers' on their own line),
+down-arrow latency p50/max, open an instance / back, and ``fleet-console status --json`` wall time.
 
     .venv/bin/python bench/scale.py --hosts 100,500,1000 [--record-seconds 30] [--recording FILE] [--json]
 """
@@ -412,11 +414,19 @@ async def drive_console(fleet_path: Path, hosts: int, replay_pid: int | None, *,
         out["gpus"] = got
         out["all_gpus_s"] = round(time.monotonic() - t_start, 1) if got >= want else None
         await asyncio.sleep(2.0)  # past the connect storm
+        workers = [psutil.Process(pid) for pid in (controller.shards.pids if controller.shards else [])]
+        out["link_workers"] = len(workers)
         c0, r0, w0 = me.cpu_times(), replay.cpu_times() if replay else None, time.monotonic()
+        k0 = [w.cpu_times() for w in workers]
         await asyncio.sleep(steady)
         wall = time.monotonic() - w0
         c1 = me.cpu_times()
-        out["console_cpu_pct"] = round(100 * (c1.user + c1.system - c0.user - c0.system) / wall, 1)
+        k1 = [w.cpu_times() for w in workers]
+        ui = 100 * (c1.user + c1.system - c0.user - c0.system) / wall
+        linked = sum(100 * (b.user + b.system - a.user - a.system) / wall for a, b in zip(k0, k1, strict=True))
+        out["ui_cpu_pct"] = round(ui, 1)
+        out["workers_cpu_pct"] = round(linked, 1) if workers else None
+        out["console_cpu_pct"] = round(ui + linked, 1)
         if replay is not None and r0 is not None:
             r1 = replay.cpu_times()
             out["replay_cpu_pct"] = round(100 * (r1.user + r1.system - r0.user - r0.system) / wall, 1)
@@ -442,6 +452,7 @@ async def drive_console(fleet_path: Path, hosts: int, replay_pid: int | None, *,
         t = await key_latency(app, "escape", lambda: app.screen is main)
         out["back_ms"] = round(1000 * t, 1) if t is not None else None
         out["rss_mb"] = round(me.memory_info().rss / 2**20)
+        out["workers_rss_mb"] = round(sum(w.memory_info().rss for w in workers) / 2**20) if workers else None
     await controller.stop()  # the app stops it on unmount too; stopping it under a live app races its paint timer
     return out
 
@@ -460,9 +471,13 @@ def status_wall(fleet_path: Path, timeout: float = 300.0) -> float | None:
 
 LINES = [
     ("all_gpus_s", "all {hosts} hosts' GPUs in the header", "s"),
-    ("console_cpu_pct", "steady console CPU", "% of a core"),
+    ("link_workers", "link worker processes", ""),
+    ("console_cpu_pct", "steady console CPU (UI process + link workers)", "% of a core"),
+    ("ui_cpu_pct", "  of which the UI process", "% of a core"),
+    ("workers_cpu_pct", "  of which the link workers", "% of a core"),
     ("replay_cpu_pct", "replay host CPU", "% of a core"),
-    ("rss_mb", "console RSS", "MB"),
+    ("rss_mb", "console RSS (UI process)", "MB"),
+    ("workers_rss_mb", "link workers' RSS (all)", "MB"),
     ("key_p50_ms", "down-arrow latency p50", "ms"),
     ("key_max_ms", "down-arrow latency max", "ms"),
     ("open_ms", "open an instance", "ms"),
@@ -474,8 +489,8 @@ LINES = [
 def print_lines(r: dict[str, Any]) -> None:
     for key, label, unit in LINES:
         value = r.get(key)
-        text = "no answer" if value is None else f"{value} {unit}"
-        print(f"hosts={r['hosts']:<5} {label.format(**r):<40} {text}", flush=True)
+        text = "no answer" if value is None else f"{value} {unit}".rstrip()
+        print(f"hosts={r['hosts']:<5} {label.format(**r):<48} {text}", flush=True)
 
 
 def note(text: str) -> None:

@@ -9,15 +9,16 @@ import asyncio
 import contextlib
 import inspect
 import time
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict, cast
 
 from console import fleet_watch
 from console.actions import BUILTIN_PROBES, ActionError, ProbeEntry, ReadOnlyError
 from console.agent.protocol import RestartResult
 from console.audit import AuditLog
 from console.inventory import Fleet, Instance
-from console.link import AgentLink, LinkError, SshLink, make_link
+from console.link import AgentLink, LinkError, make_link
 from console.link.base import FAILURES, PERMANENT, LinkLost
+from console.link.shards import ShardPool, worker_count
 from console.link.validate import BadFrame, check_result
 from console.state import FleetState
 from console.text_safety import clean as clean_text
@@ -78,13 +79,17 @@ class FleetController:
         self._host_locks: dict[str, asyncio.Lock] = {}  # one diagnosis in flight per host
         self.sources: list[Any] = []  # console.sources.prometheus.PrometheusSource, started with the fleet
         self._detail_tasks: set[asyncio.Task[None]] = set()  # detail requests in flight (set_detail)
+        self.shards: ShardPool | None = None  # link worker processes (console/link/shards.py), big fleets only
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self, names: list[str] | None = None) -> None:
         """Start the links (all instances, or just ``names``); returns at once."""
+        if self.shards is None and not self.links:
+            count = worker_count(sum(1 for inst in self.fleet.instances if inst.transport != "local"))
+            self.shards = ShardPool(count) if count else None
         for inst in self.fleet.instances:
             if (names is None or inst.name in names) and inst.name not in self.links:
-                link = make_link(inst, self.state.apply_frame, self.state.set_link_status)
+                link = self.new_link(inst)
                 self.links[inst.name] = link
                 link.start()
         if names is None and not self.started:
@@ -103,6 +108,15 @@ class FleetController:
         await self._stop_sources()
         links, self.links = list(self.links.values()), {}
         await asyncio.gather(*(link.stop() for link in links), return_exceptions=True)
+        shards, self.shards = self.shards, None
+        if shards is not None:
+            await shards.close()
+
+    def new_link(self, inst: Instance) -> AgentLink:
+        """A link for ``inst`` feeding the fleet state: in a link worker when the fleet has them (SSH only)."""
+        if self.shards is not None and inst.transport != "local":
+            return cast(AgentLink, self.shards.link(inst, self.state.apply_frame, self.state.set_link_status))
+        return make_link(inst, self.state.apply_frame, self.state.set_link_status)
 
     # -- [[source]] rows (console/sources/): GPU figures from Prometheus; a failing one is a fleet_errors line ----
     def _start_sources(self) -> None:
@@ -169,7 +183,7 @@ class FleetController:
         audit log or known_hosts cannot be written.
         """
         link = self._link(name)
-        offer = link.host_key_offer if isinstance(link, SshLink) else None
+        offer = getattr(link, "host_key_offer", None)
         if offer is None or offer.changed:
             raise ActionError(f"{name}: no unknown host key to accept ({link.status}: {link.detail})")
         record = {"fingerprint": offer.fingerprint, "known_hosts": str(offer.known_hosts), "host": offer.host,
@@ -179,8 +193,7 @@ class FleetController:
         except OSError as exc:
             raise ActionError(f"{name}: not accepted: cannot write the audit log {self.audit.path}: {exc}") from None
         try:
-            assert isinstance(link, SshLink)
-            link.accept_host_key()
+            link.accept_host_key()  # type: ignore[attr-defined]  # SshLink, ShardedLink
         except (LinkError, OSError) as exc:
             self.audit.record(name, self._host(name), "accept_host_key", "failed", {**record, "error": str(exc)})
             raise ActionError(f"{name}: host key not accepted: {exc}") from None

@@ -113,7 +113,6 @@ async def apply(controller: FleetController, instances: list[Instance]) -> tuple
     new link; a removed one is disconnected and dropped. Links that failed for good are retried at once
     (a reload is how an operator says "I fixed it").
     """
-    from console.link import make_link
 
     old = {inst.name: inst for inst in controller.fleet.instances}
     new = {inst.name: inst for inst in instances}
@@ -130,7 +129,7 @@ async def apply(controller: FleetController, instances: list[Instance]) -> tuple
     for name in added + changed:
         state.add_instance(new[name])
         if controller.started:
-            link = make_link(new[name], state.apply_frame, state.set_link_status)
+            link = controller.new_link(new[name])
             controller.links[name] = link
             link.start()
     for name, link in controller.links.items():

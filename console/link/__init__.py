@@ -9,6 +9,7 @@
   ssh-agent, jump hosts), local problems found first (``needs_action``);
 - ``hostkeys.py``: known_hosts lookups, fingerprints, the unknown key a host offered, writing an accepted one.
 - ``pace.py``: the connect limiter (handshakes in flight, per event loop) and the spread of reconnect storms.
+- ``shards.py`` / ``shard_process.py``: big fleets' links in worker processes (``ShardPool``, ``ShardedLink``).
 
 Link statuses: ``connecting``, ``connected``, ``unreachable``, ``agent_failed``, and the ``PERMANENT`` ones
 (``needs_action``, ``hostkey_unknown``, ``hostkey_changed``, ``auth_failed``), retried only every few
