@@ -29,10 +29,31 @@ def known_host_name(host: str, port: int) -> str:
     return host if port == 22 else f"[{host}]:{port}"
 
 
+_parsed: dict[str, tuple[tuple[int, int, int], asyncssh.SSHKnownHosts]] = {}
+
+
+def read_known_hosts(path: Path) -> asyncssh.SSHKnownHosts:
+    """``path`` parsed, once per version of the file (inode, size, mtime) in this process.
+
+    A fleet of N hosts shares one known_hosts of ~N lines: asyncssh parsing it again for every connection
+    made the connect storm cost N x N key decodes (1000 hosts: a million, ~45 s of CPU). OSError or
+    ValueError as asyncssh's own reading raises them.
+    """
+    key = str(path)
+    st = os.stat(key)
+    version = (st.st_ino, st.st_size, st.st_mtime_ns)
+    cached = _parsed.get(key)
+    if cached is not None and cached[0] == version:
+        return cached[1]
+    known = asyncssh.read_known_hosts(key)
+    _parsed[key] = (version, known)
+    return known
+
+
 def listed_keys(path: Path, host: str, addr: str, port: int) -> list[Any]:
     """Keys known_hosts lists for this host (trusted and CA keys); [] when the file is missing or unreadable."""
     try:
-        known = asyncssh.read_known_hosts(str(path))
+        known = read_known_hosts(path)
     except (OSError, ValueError):
         return []
     keys: list[Any] = []

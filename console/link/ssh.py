@@ -38,7 +38,7 @@ from console.link.base import (
 )
 from console.link.channel import AgentChannel
 from console.link.exec import exec_command, failure_reason
-from console.link.hostkeys import HostKeyClient, HostKeyOffer, append_known_host, fingerprint
+from console.link.hostkeys import HostKeyClient, HostKeyOffer, append_known_host, fingerprint, read_known_hosts
 
 REMOTE_DIR = remote.REMOTE_DIR
 
@@ -143,7 +143,12 @@ class SshLink(AgentLink):
         if not missing and not os.access(path, os.R_OK):
             raise SessionFailed("needs_action", f"{target.label}: cannot read {path}: check its owner and mode")
         client = HostKeyClient(path, target.accept_new)
-        known: Any = asyncssh.import_known_hosts("") if missing else str(path)
+        try:
+            known: Any = asyncssh.import_known_hosts("") if missing else read_known_hosts(path)
+        except OSError as exc:
+            raise SessionFailed("needs_action", f"{target.label}: cannot read {path}: {exc.strerror}") from None
+        except ValueError as exc:  # a line asyncssh cannot parse
+            raise SessionFailed("needs_action", f"{target.label}: {path}: {exc}") from None
         try:
             conn = await asyncssh.connect(
                 target.host, tunnel=tunnel, known_hosts=known, client_factory=lambda: client, **target.options
