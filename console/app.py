@@ -240,6 +240,10 @@ class FleetApp(App):
 
     def update_detail(self) -> None:
         """Detail on demand (console/detail.py): instances in view or open at "full", the rest at "summary"."""
+        keep_open = getattr(self.controller, "keep_open", None)  # SSH on demand (console/on_demand.py)
+        if callable(keep_open) and self.screen_stack:
+            screen = self.screen
+            keep_open(screen.instance_name if isinstance(screen, InstanceScreen) else None)
         tracker = self.detail
         if tracker is None or not self.screen_stack or not self.screen_stack[0].is_mounted:
             return

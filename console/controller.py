@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import inspect
 import time
+from collections.abc import Iterator
 from typing import Any, NotRequired, TypedDict, cast
 
 from console import fleet_watch
@@ -20,6 +21,7 @@ from console.link import AgentLink, LinkError, make_link
 from console.link.base import FAILURES, PERMANENT, LinkLost
 from console.link.shards import ShardPool, worker_count
 from console.link.validate import BadFrame, check_result
+from console.on_demand import OnDemand
 from console.state import FleetState
 from console.text_safety import clean as clean_text
 
@@ -31,6 +33,7 @@ AUTO_POLL = 1.0  # seconds between looks at the fleet state
 HOPELESS = PERMANENT
 TOAST_TAIL_LINES = 3  # of a dead start's log, in the app's notification
 RECOVER_TIMEOUT = 120.0  # seconds to learn from the agent's journal what an action did after a link drop
+ON_DEMAND_CONNECT = 30.0  # seconds an action waits for an SSH session opened on demand
 
 
 class RestartOutcome(TypedDict):
@@ -79,7 +82,9 @@ class FleetController:
         self._host_locks: dict[str, asyncio.Lock] = {}  # one diagnosis in flight per host
         self.sources: list[Any] = []  # console.sources.prometheus.PrometheusSource, started with the fleet
         self._detail_tasks: set[asyncio.Task[None]] = set()  # detail requests in flight (set_detail)
+        self._in_flight: dict[str, int] = {}  # name -> actions using its link now (``busy``)
         self.shards: ShardPool | None = None  # link worker processes (console/link/shards.py), big fleets only
+        self.on_demand: OnDemand | None = None  # SSH on demand for instances a Prometheus covers (on_demand.py)
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self, names: list[str] | None = None) -> None:
@@ -87,7 +92,12 @@ class FleetController:
         if self.shards is None and not self.links:
             count = worker_count(sum(1 for inst in self.fleet.instances if inst.transport != "local"))
             self.shards = ShardPool(count) if count else None
+        if names is None and not self.started and any(
+                getattr(spec, "ssh", "") == "on_demand" for spec in getattr(self.fleet, "sources", None) or []):
+            self.on_demand = OnDemand(self)  # it opens the links, once the sources said what they cover
         for inst in self.fleet.instances:
+            if self.on_demand is not None and names is None:
+                break
             if (names is None or inst.name in names) and inst.name not in self.links:
                 link = self.new_link(inst)
                 self.links[inst.name] = link
@@ -96,6 +106,8 @@ class FleetController:
             self.started = True
             await self.watch.start(self.watching)
             self._start_sources()
+            if self.on_demand is not None:
+                self.on_demand.watch(self.sources)
         if self.auto_diagnose and self._auto_task is None:
             self._auto_task = asyncio.get_running_loop().create_task(self._auto_loop())
 
@@ -105,6 +117,8 @@ class FleetController:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         await self.watch.stop()
+        if self.on_demand is not None:
+            await self.on_demand.stop()
         await self._stop_sources()
         links, self.links = list(self.links.values()), {}
         await asyncio.gather(*(link.stop() for link in links), return_exceptions=True)
@@ -156,9 +170,15 @@ class FleetController:
         return link
 
     async def wait_settled(self, name: str, timeout: float) -> None:
-        """Until the instance is connected and has sent a sample, or its first attempt failed (one-shot output)."""
-        link, inst = self._link(name), self.state.get(name)
+        """Until the instance is connected and has sent a sample, or its first attempt failed (one-shot output).
+        An instance a Prometheus source covers (SSH on demand) is settled by the source's answer: no SSH."""
         deadline = time.monotonic() + timeout
+        if self.on_demand is not None:
+            while not self.on_demand.settled and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            if name in self.on_demand.covered():
+                return
+        link, inst = self._link(name), self.state.get(name)
         while time.monotonic() < deadline and link.status not in FAILURES:
             if link.status == "connected" and (inst is None or inst.gpu_state or inst.procs):
                 return
@@ -201,9 +221,42 @@ class FleetController:
         return f"{name}: accepted {offer.fingerprint} into {offer.known_hosts}; reconnecting"
 
     def _link(self, name: str) -> AgentLink:
+        """``name``'s link; with SSH on demand, opened now if it had none (``_connected_link`` waits for it)."""
+        if self.on_demand is not None and self.on_demand.demand(name) is not None:
+            return self.links[name]
         if name not in self.links:
             raise ActionError(f"{name}: no such instance in {self.fleet.source or 'the fleet'}")
         return self.links[name]
+
+    async def _connected_link(self, name: str) -> AgentLink:
+        """``_link``, and with SSH on demand, connected: a session opened for this action is waited for."""
+        link = self._link(name)
+        if self.on_demand is not None and link.status in ("idle", "connecting"):
+            return await self.wait_ready(name, ON_DEMAND_CONNECT)
+        return link
+
+    def busy(self, name: str) -> bool:
+        """An action is using ``name``'s link: SSH on demand does not close it now."""
+        lock = self._host_locks.get(name)
+        return self._in_flight.get(name, 0) > 0 or (lock is not None and lock.locked())
+
+    @contextlib.contextmanager
+    def _using(self, name: str) -> Iterator[None]:
+        """Around an action's use of a link: counted for ``busy``; its end starts the idle time."""
+        self._in_flight[name] = self._in_flight.get(name, 0) + 1
+        try:
+            yield
+        finally:
+            self._in_flight[name] -= 1
+            if self.on_demand is not None:
+                self.on_demand.used(name)
+
+    def keep_open(self, name: str | None) -> None:
+        """The app's instance screen shows ``name`` (None: none): with SSH on demand, its session opens and stays."""
+        if self.on_demand is not None:
+            self.on_demand.pin(name)
+            if name is not None:
+                self.on_demand.demand(name)
 
     def instance(self, name: str) -> Instance:
         try:
@@ -213,11 +266,12 @@ class FleetController:
 
     # -- actions --------------------------------------------------------------------------------
     async def _request(self, name: str, op: str, args: dict[str, Any], timeout: float) -> Any:
-        link = self._link(name)
-        try:
-            answer = await link.request(op, args, timeout=timeout)
-        except LinkError as exc:
-            raise ActionError(str(exc)) from None
+        with self._using(name):
+            link = await self._connected_link(name)
+            try:
+                answer = await link.request(op, args, timeout=timeout)
+            except LinkError as exc:
+                raise ActionError(str(exc)) from None
         if not answer.get("ok"):
             raise ActionError(f"{name}: {op} failed: {answer.get('error')}")
         return answer.get("data")
@@ -325,13 +379,14 @@ class FleetController:
 
     async def _send_action(self, name: str, op: str, action_id: str, timeout: float) -> Any:
         """Send a journaled action; LinkLost when it may have run without its answer reaching us."""
-        link = self._link(name)
-        try:
-            answer = await link.request(op, {"action_id": action_id}, timeout=timeout)
-        except LinkLost:
-            raise
-        except LinkError as exc:
-            raise ActionError(str(exc)) from None
+        with self._using(name):
+            link = await self._connected_link(name)
+            try:
+                answer = await link.request(op, {"action_id": action_id}, timeout=timeout)
+            except LinkLost:
+                raise
+            except LinkError as exc:
+                raise ActionError(str(exc)) from None
         if not answer.get("ok"):
             raise ActionError(f"{name}: {op} failed: {answer.get('error')}")
         return answer.get("data")
@@ -380,11 +435,12 @@ class FleetController:
         if spec.builtin:
             data = await self._request(name, "probe", {"name": spec.name}, timeout=60.0)
         else:
-            link = self._link(name)
-            try:
-                result = await link.run_command(spec.command, timeout=spec.timeout)
-            except LinkError as exc:
-                raise ActionError(str(exc)) from None
+            with self._using(name):
+                link = await self._connected_link(name)
+                try:
+                    result = await link.run_command(spec.command, timeout=spec.timeout)
+                except LinkError as exc:
+                    raise ActionError(str(exc)) from None
             lines = (result.stdout + result.stderr).splitlines()
             if result.timed_out:
                 lines.append(f"[timed out after {spec.timeout:g} s]")
@@ -456,7 +512,8 @@ class FleetController:
         args = {"pid": pid, "signal": sig, "start": start, "action_id": action_id}
         note = None
         try:
-            link = self._link(name)
+            with self._using(name):
+                link = await self._connected_link(name)
             try:
                 answer = await link.request("signal", args, timeout=30.0)
             except LinkLost as exc:  # sent, then the link dropped: the agent's journal says what it did

@@ -171,6 +171,7 @@ class InstanceState:
         self.link_since: Optional[float] = None  # console clock of the last link status change
         self.notified: Dict[str, Deque[float]] = {}  # status -> when its last "got worse" events were raised
         self.ever_connected = False
+        self.quiet_connect = False  # the next "connected" is no reconnect (SSH opened on demand: on_demand.py)
         self.connected_at: Optional[float] = None
         self.hello: HelloFrame = {"type": "hello", "ts": 0.0}
         self.agentless = bool(getattr(instance, "agentless", False))
@@ -489,8 +490,11 @@ class FleetState:
         if inst is None:
             return
         now = self.clock()
-        if status == "connected" and inst.ever_connected and inst.link_status != "connected":
+        if status == "connected" and inst.ever_connected and inst.link_status != "connected" \
+                and not inst.quiet_connect:
             inst.reconnects.append(now)
+        if status == "connected":
+            inst.quiet_connect = False
         if status != inst.link_status or inst.link_since is None:
             inst.link_since = now
         inst.link_status = status
@@ -502,6 +506,12 @@ class FleetState:
                 inst.agentless = True
         self._touch(inst, now)
         self._rederive(inst, now)
+
+    def expect_connect(self, name: str) -> None:
+        """The next "connected" of ``name`` is a session opened on demand, not a reconnect (the flap counter)."""
+        inst = self.instances.get(name)
+        if inst is not None:
+            inst.quiet_connect = True
 
     def set_diagnosis(self, name: str, data: Optional[DiagnosisResult]) -> None:
         inst = self.instances.get(name)

@@ -212,16 +212,17 @@ async def test_slow_prometheus_times_out_while_the_loop_runs() -> None:
 def test_source_rows_load_and_bad_rows_say_file_and_line(tmp_path: Path) -> None:
     good = tmp_path / "fleet.toml"
     good.write_text('[[source]]\nprometheus = "http://127.0.0.1:9090/"\ninterval = 10\n\n'
-                    '[[source]]\nprometheus = "http://10.0.0.1:9090"\nhost_label = "instance"\n')
+                    '[[source]]\nprometheus = "http://10.0.0.1:9090"\nhost_label = "instance"\nssh = "always"\n')
     fleet = load_fleet(good)
-    assert [(s.prometheus, s.host_label, s.interval) for s in fleet.sources] == [
-        ("http://127.0.0.1:9090", "Hostname", 10.0), ("http://10.0.0.1:9090", "instance", 5.0)]
+    assert [(s.prometheus, s.host_label, s.interval, s.ssh) for s in fleet.sources] == [
+        ("http://127.0.0.1:9090", "Hostname", 10.0, "on_demand"), ("http://10.0.0.1:9090", "instance", 5.0, "always")]
     assert fleet.sources[0].source == f"{good}:1"
     for text, line, words in [
         ('[[source]]\nprometheus = "ftp://x"\n', 2, "http"),
         ('[[source]]\nprometheus = "http://x:9090"\ninterval = 0\n', 3, "1 to 3600"),
         ('[[source]]\nprometheus = "http://x:9090"\nhost_label = "host-name"\n', 3, "label"),
         ('[[source]]\nhost_label = "Hostname"\n', 1, "prometheus"),
+        ('[[source]]\nprometheus = "http://x:9090"\nssh = "sometimes"\n', 3, "on_demand"),
         ('[[source]]\nprometheus = "http://x:9090"\n\n[[source]]\nprometheus = "http://x:9090/"\n', 5, "already"),
     ]:
         bad = tmp_path / "bad.toml"

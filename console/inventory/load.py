@@ -406,7 +406,8 @@ class _Builder:
             line = self.lines.headers.get(("source", i))
             out.append(SourceSpec(prometheus=url, host_label=given.get("host_label", "Hostname"), interval=interval,
                                   timeout=float(given.get("timeout", min(interval, 5.0))),
-                                  source=f"{self.path}:{line}" if line else str(self.path)))
+                                  source=f"{self.path}:{line}" if line else str(self.path),
+                                  ssh=given.get("ssh", "on_demand")))
         return out
 
     def alerts(self) -> list[AlertSpec]:

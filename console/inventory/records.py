@@ -75,13 +75,15 @@ class ImportSpec:
 @dataclass(frozen=True)
 class SourceSpec:
     """A ``[[source]]``: GPU figures for the fleet from a Prometheus that scrapes DCGM-exporter
-    (``console/sources/prometheus.py``); ``host_label`` names the host, matched to an instance's name or host."""
+    (``console/sources/prometheus.py``); ``host_label`` names the host, matched to an instance's name or host.
+    ``ssh``: how the console reaches the fleet-file instances it covers (``console/on_demand.py``)."""
 
     prometheus: str
     host_label: str = "Hostname"
     interval: float = 5.0
     timeout: float = 5.0
     source: str = ""
+    ssh: str = "on_demand"  # instances it covers: SSH opened on demand, closed when idle ("always": kept open)
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ DESCRIPTIONS = {
     "running_only": "true or false (not a string)",
     "vastai": "true or false (not a string)",
     "transport": "'ssh' or 'local'",
+    "ssh": "'on_demand' or 'always'",
     "severity": "'info', 'warning', 'error' or 'critical'",
     "benchmark": "a table",
     "defaults": "a table",
@@ -161,6 +162,7 @@ class SourceRow(Struct, forbid_unknown_fields=True, omit_defaults=True):
     host_label: LabelName | None = None
     interval: SourceInterval | None = None
     timeout: SourceTimeout | None = None
+    ssh: Literal["on_demand", "always"] | None = None
 
 
 # -- [[alert]] (console/alerts.py evaluates them) ------------------------------------------------------

@@ -146,6 +146,7 @@ class PrometheusSource:
         self.last_ok: float | None = None
         self.polls = 0
         self.hosts_only: set[str] = set()  # instances known only from this Prometheus
+        self.covered: set[str] = set()  # fleet-file instances its last good answer had GPUs for
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -184,6 +185,7 @@ class PrometheusSource:
     def apply(self, by_host: dict[str, dict[str, Any]]) -> None:
         names = self.match_table()
         state = self.state
+        covered: set[str] = set()
         for host, frame in by_host.items():
             name = names.get(host)
             if name is None:
@@ -193,7 +195,10 @@ class PrometheusSource:
                 state.set_link_status(host, "connected", f"via {self.key} (no SSH)")
                 self.hosts_only.add(host)
                 names[host] = host
+            elif name not in self.hosts_only:
+                covered.add(name)
             state.apply_frame(name, frame)  # a GpuFrame built by frames.gpu_frame
+        self.covered = covered
 
     def match_table(self) -> dict[str, str]:
         """Prometheus host label value -> instance name (by name first, then by host)."""
