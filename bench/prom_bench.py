@@ -35,11 +35,24 @@ async def run(hosts: int, polls: int, interval: float, url: str) -> None:
     source = PrometheusSource(SourceSpec(prometheus=url, interval=interval, timeout=10.0), state, lambda k, v: None)
     me = psutil.Process()
     cpu, wall = [], []
+    stalls: list[float] = []  # the event loop's longest stall per poll: what a key press would wait
+
+    async def ticker() -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(0.005)
+            now = time.monotonic()
+            stalls[-1] = max(stalls[-1], now - last - 0.005) if stalls else 0.0
+            last = now
+
+    tick = asyncio.get_running_loop().create_task(ticker())
     async with httpx2.AsyncClient() as client:
         for _ in range(polls):
+            stalls.append(0.0)
             c0, t0 = me.cpu_times(), time.monotonic()
             await source.poll(client)
             c1, t1 = me.cpu_times(), time.monotonic()
+            await asyncio.sleep(0.02)  # the ticker's last look at this poll
             cpu.append(c1.user + c1.system - c0.user - c0.system)
             wall.append(t1 - t0)
             await asyncio.sleep(max(0.0, interval - (t1 - t0)))
@@ -48,6 +61,9 @@ async def run(hosts: int, polls: int, interval: float, url: str) -> None:
     print(f"poll wall p50 {statistics.median(wall) * 1000:.0f} ms, max {max(wall) * 1000:.0f} ms")
     print(f"console CPU per poll p50 {statistics.median(cpu) * 1000:.0f} ms, max {max(cpu) * 1000:.0f} ms "
           f"= {100 * statistics.median(cpu) / interval:.1f} % of a core at a {interval:g} s interval")
+    tick.cancel()
+    print(f"event loop's longest stall per poll p50 {statistics.median(stalls) * 1000:.0f} ms, "
+          f"max {max(stalls) * 1000:.0f} ms (a key press waits this long)")
     print(f"RSS {me.memory_info().rss / 2**20:.0f} MB")
 
 

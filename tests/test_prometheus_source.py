@@ -231,3 +231,21 @@ def test_source_rows_load_and_bad_rows_say_file_and_line(tmp_path: Path) -> None
             load_fleet(bad)
         assert str(info.value).startswith(f"{bad}:{line}:"), (text, str(info.value))
         assert words in str(info.value), str(info.value)
+
+
+async def test_an_answer_that_is_not_prometheus_is_a_line_naming_it() -> None:
+    """A login page from a proxy, or JSON of another shape, is "down" with a reason, not an exception."""
+    for body, words in [(b"<html>proxy login</html>", "not JSON"),
+                        (b'{"status": "success", "data": {"result": [{"metric": {}, "value": "93"}]}}',
+                         "not a Prometheus answer")]:
+        server = Exporter(body)
+        try:
+            lines: dict[str, str | None] = {}
+            source = PrometheusSource(SourceSpec(prometheus=f"http://127.0.0.1:{server.port}", timeout=3.0),
+                                      FleetState(), lambda key, line: lines.__setitem__(key, line))
+            async with httpx2.AsyncClient() as client:
+                await source.poll(client)
+            assert source.status == "down" and words in source.detail, source.detail
+            assert words in (lines[source.key] or "")
+        finally:
+            server.close()
