@@ -242,7 +242,7 @@ async def test_an_answer_that_is_not_prometheus_is_a_line_naming_it() -> None:
         try:
             lines: dict[str, str | None] = {}
             source = PrometheusSource(SourceSpec(prometheus=f"http://127.0.0.1:{server.port}", timeout=3.0),
-                                      FleetState(), lambda key, line: lines.__setitem__(key, line))
+                                      FleetState(), lines.__setitem__)
             async with httpx2.AsyncClient() as client:
                 await source.poll(client)
             assert source.status == "down" and words in source.detail, source.detail
