@@ -37,6 +37,7 @@ SHARD_FROM = 50  # SSH instances: from this many, links run in worker processes
 HOSTS_PER_WORKER = 250
 MAX_WORKERS = 8
 RESPAWN_DELAY = 1.0  # seconds before a dead worker's links get a new one
+DISPATCH_SLICE = 100  # events handled per turn of the event loop (1000 hosts: ~200 frames a batch)
 REPLY_GRACE = 10.0  # seconds past a request's own timeout before the console stops waiting for the worker
 ENV = "FLEET_CONSOLE_LINK_WORKERS"
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds ``console``
@@ -215,7 +216,10 @@ class _Worker:
                     batch = await read_message(proc.stdout)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     break
-                self._dispatch(batch)
+                for start in range(0, len(batch), DISPATCH_SLICE):
+                    if start:
+                        await asyncio.sleep(0)  # a key press or a paint between slices of a big batch
+                    self._dispatch(batch[start:start + DISPATCH_SLICE])
         finally:
             rc = await proc.wait()
             await asyncio.gather(drain, return_exceptions=True)
