@@ -141,8 +141,7 @@ class ShardedLink:
     def set_status(self, status: str, detail: str, offer: OfferData | None, retry_at: float | None) -> None:
         self.status, self.detail = status, detail
         self.next_retry_at = retry_at
-        if status in FAILURES or offer is not None:
-            self.host_key_offer = offer_from_data(offer)
+        self.host_key_offer = offer_from_data(offer)  # as the worker's link has it now
         if status == "connected" or status in FAILURES:
             self.outcome_event.set()
         if status == "connected":
