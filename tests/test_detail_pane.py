@@ -83,7 +83,10 @@ async def test_detail_pane_follows_the_cursor_and_hides_below_160_columns(tmp_pa
         assert len([t for t in text.splitlines() if "°" in t and "%" in t]) == 2  # a line per GPU
         assert "%s step 40" % first in text  # its own log's last line
 
-        await pilot.press("down")  # the grid's cursor moves: the pane follows
+        # the grid's cursor moves: the pane follows. The fleet's order may have put the cursor on the last row,
+        # where "down" has nowhere to go, so move up from there.
+        row = grid._names.index(first) // grid.columns
+        await pilot.press("up" if row > 0 else "down")
         await wait_until(pilot, lambda: grid.cursor_name != first and pane.name_shown == grid.cursor_name,
                          what="the pane following the cursor")
         second = grid.cursor_name
