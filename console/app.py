@@ -135,6 +135,7 @@ class FleetApp(App):
         self.notices: deque = deque(maxlen=100)  # (severity, title, message): what notify() said
         self.session_events: deque = deque(maxlen=500)  # (ts, instance, text): this session's timeline entries
         self._event_toasted: dict[str, float] = {}  # instance -> when its last "got worse" toast was shown
+        self._instance_screen: Optional[InstanceScreen] = None  # built once, shown for each instance opened
 
     def notify(self, message: str, *, title: str = "", severity: str = "information", **kwargs: Any) -> None:
         """Every notice goes to the event timeline (``e``) in full; on a small screen its toast is one line."""
@@ -351,9 +352,15 @@ class FleetApp(App):
     def open_instance(self, name: str, tab: str = "tab-gpus") -> None:
         if name not in self.state.instances:
             return
-        if isinstance(self.screen, InstanceScreen):
+        screen = self._instance_screen
+        if screen is None:  # installed: leaving it keeps its widgets for the next instance (~150 ms saved)
+            screen = InstanceScreen(self.state, name, demo=self.demo, read_only=self.read_only, tab=tab)
+            self.install_screen(screen, "instance")
+            self._instance_screen = screen
+        while screen in self.screen_stack:  # opened from the instance screen or a screen above it
             self.pop_screen()
-        self.push_screen(InstanceScreen(self.state, name, demo=self.demo, read_only=self.read_only, tab=tab))
+        screen.show_instance(name, tab)
+        self.push_screen(screen)
         self.call_after_refresh(self.update_detail)  # an instance at "summary" gets its streams back now
 
     def on_resize(self, event: events.Resize) -> None:

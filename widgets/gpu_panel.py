@@ -394,6 +394,10 @@ class GpuPanel(Static, can_focus=True):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._generation = 0  # a history read started for an instance shown before is dropped
+        self._start_over()
+
+    def _start_over(self) -> None:
         self.selected: Optional[int] = None
         self.window = WINDOWS[0]
         self.older: OlderPoints = {}
@@ -406,6 +410,12 @@ class GpuPanel(Static, can_focus=True):
         self._loading = False
         self._older_version = 0
         self.text = Text()  # what it shows now
+
+    def forget(self) -> None:
+        """Drop the instance shown, its chosen GPU, zoom and older points: another instance is shown next."""
+        self._generation += 1
+        self._start_over()
+        self.update("")
 
     # -- painting --------------------------------------------------------------------------------------
     def show(self, inst: InstanceState, width: int = 0, now: Optional[float] = None, force: bool = False) -> None:
@@ -446,10 +456,11 @@ class GpuPanel(Static, can_focus=True):
             self.older_note = "reading older points from the history file…"
         self._loaded_at = time.monotonic()
         self._loaded_window = self.window
-        self.run_worker(lambda: self._load(path, inst.name, now - self.window), thread=True, exclusive=True,
-                        group="gpu-history", exit_on_error=False)
+        generation = self._generation
+        self.run_worker(lambda: self._load(path, inst.name, now - self.window, generation), thread=True,
+                        exclusive=True, group="gpu-history", exit_on_error=False)
 
-    def _load(self, path: Any, name: str, since: float) -> None:
+    def _load(self, path: Any, name: str, since: float, generation: int) -> None:
         """In a worker thread: read, then hand the result over by plain assignments (the next paint shows it)."""
         try:
             older = read_older(path, name, since)
@@ -458,6 +469,8 @@ class GpuPanel(Static, can_focus=True):
                 "the history file has no earlier minutes for this instance"
         except Exception as exc:  # a missing or locked file: the charts keep the in-memory points
             older, note = {}, "history not readable (%s): in-memory points only" % type(exc).__name__
+        if generation != self._generation:  # the panel went on to another instance meanwhile
+            return
         self.older = older
         self.older_note = note
         self._older_version += 1

@@ -28,7 +28,7 @@ from .log_view import LogView
 from .pane import retry_text
 from .process_panel import ProcessPanel
 from .render import operator_text, short_path
-from .styles_cache import release_dead_line_caches
+from .styles_cache import release_dead_line_caches, release_query_caches
 
 SEVERITY_STYLE = {"critical": "bold reverse red", "error": "bold red", "warning": "yellow", "info": "dim"}
 TABS = ("tab-gpus", "tab-procs", "tab-logs", "tab-diag", "tab-probes")
@@ -201,6 +201,7 @@ class InstanceScreen(Screen):
         self.demo = demo
         self.read_only = read_only
         self._log_ids: Dict[str, str] = {}
+        self._log_serial = 0  # log pane ids are never reused: a removed pane may still be leaving the DOM
         self._log_chosen = False  # the operator picked a log file: it stays the active one
         self._input_mode = "search"  # what #log-search is for now: search | filter | grep
         self._seen: Dict[str, Any] = {}
@@ -229,10 +230,51 @@ class InstanceScreen(Screen):
     def on_unmount(self) -> None:
         release_dead_line_caches()  # else Textual keeps this screen's rendered lines (widgets/styles_cache.py)
 
+    def on_screen_suspend(self) -> None:
+        release_dead_line_caches()  # the lines of log views removed while it was shown (show_instance)
+
     def on_mount(self) -> None:
         inst = self.inst
         if inst is not None:
             self._update(inst, force=True)
+
+    # -- another instance on the same screen ----------------------------------------------------------
+    def show_instance(self, name: str, tab: str = "tab-gpus") -> None:
+        """Show ``name`` on this (already built) screen, as a new screen would: nothing of the instance shown
+        before stays (log panes, process view, chosen GPU, filters, scroll positions, focus).
+
+        Building the screen's widgets and styling them costs ~150 ms; the app keeps one screen and points it
+        at the next instance, so opening one costs a paint (issue 19: open <= 150 ms at 1000 hosts)."""
+        self.instance_name = name
+        self.initial_tab = tab if tab in TABS else "tab-gpus"
+        self._log_chosen = False
+        self._input_mode = "search"
+        self._seen = {}
+        if not self.is_mounted:  # composed on its first show: compose and on_mount read the fields above
+            return
+        self.workers.cancel_group(self, "log-grep")  # a grep of the last instance's log answers nobody now
+        with contextlib.suppress(NoMatches):
+            self.query_one("#gpu-detail", GpuPanel).forget()
+            self.query_one(ProcessPanel).forget(name)
+            self.query_one("#diag-text", EvidenceView).show(Text(), [])
+            self.query_one("#probe-text", Static).update("")
+            search = self.query_one("#log-search", Input)
+            search.remove_class("-shown")
+            search.value = ""
+            self._log_ids = {}
+            log_tabs = self.query_one("#log-tabs", TabbedContent)
+            release_query_caches(log_tabs)  # else they keep the last instance's removed tabs
+            log_tabs.clear_panes()
+            self.query_one("#logs-empty").display = True
+            for box in self.query(ScrollableContainer):  # the GPU, Diagnosis and Probes tabs open at the top
+                box.scroll_home(animate=False)
+            self.query_one("#inst-tabs", TabbedContent).active = self.initial_tab
+        self.call_after_refresh(release_dead_line_caches)  # the removed log views' lines (widgets/styles_cache.py)
+        self.set_focus(None)  # shown again, the screen focuses its first focusable widget, as a new one does
+        inst = self.inst
+        if inst is not None:
+            with contextlib.suppress(NoMatches):
+                self._update(inst, force=True)
 
     # -- state -> widgets ----------------------------------------------------------------------------
     def update_from_state(self, force: bool = False) -> None:
@@ -275,8 +317,7 @@ class InstanceScreen(Screen):
         tabs = self.query_one("#log-tabs", TabbedContent)
         for path, ring in inst.logs.items():
             if path not in self._log_ids:
-                pane_id = "log-%d" % len(self._log_ids)
-                self._log_ids[path] = pane_id
+                pane_id = self._new_log_id(path)
                 title = os.path.basename(path) or path
                 if path == inst.bench_log:
                     title = "[benchmark] " + title
@@ -285,10 +326,27 @@ class InstanceScreen(Screen):
                 self.query_one("#logs-empty").display = False
                 if path == inst.bench_log and not self._log_chosen:
                     self.call_after_refresh(self._show_log, pane_id)  # the benchmark's own log first
+                else:  # log tabs emptied for another instance stay without an active pane till one is set
+                    self.call_after_refresh(self._ensure_active_log)
         if visible:
             view = self.active_log()
             if view is not None and view.is_mounted:
                 view.sync()
+
+    def _new_log_id(self, path: str) -> str:
+        self._log_serial += 1
+        pane_id = self._log_ids[path] = "log-%d" % self._log_serial
+        return pane_id
+
+    def _ensure_active_log(self, tries: int = 20) -> None:
+        try:
+            tabs = self.query_one("#log-tabs", TabbedContent)
+            ids = list(self._log_ids.values())
+            if ids and tabs.active not in ids:
+                tabs.active = ids[0]
+        except (NoMatches, ValueError):  # the pane is still mounting
+            if tries > 0:
+                self.set_timer(0.05, lambda: self._ensure_active_log(tries - 1))
 
     def _show_log(self, pane_id: str) -> None:
         with contextlib.suppress(NoMatches, ValueError):
@@ -491,8 +549,7 @@ class InstanceScreen(Screen):
             return
         pane_id = self._log_ids.get(path)
         if pane_id is None:
-            pane_id = "log-%d" % len(self._log_ids)
-            self._log_ids[path] = pane_id
+            pane_id = self._new_log_id(path)
             ring = inst.logs.get(path) or LogRing(path)  # not followed: its lines come from the host only
             tabs = self.query_one("#log-tabs", TabbedContent)
             tabs.add_pane(TabPane(Content(os.path.basename(path) or path), self._log_view(ring, pane_id), id=pane_id))

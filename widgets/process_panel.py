@@ -67,6 +67,16 @@ class ProcessPanel(Vertical):
     def proc_tree(self) -> ProcessTree:
         return self.query_one(ProcessTree)
 
+    def forget(self, instance_name: str) -> None:
+        """Start over for ``instance_name``: no processes, filter or view settings of the one shown before."""
+        self.instance_name = instance_name
+        self._inst = None
+        box = self.query_one("#proc-filter", Input)
+        box.remove_class("-shown")
+        box.value = ""
+        self.proc_tree.forget()
+        self._paint()
+
     # -- state -> widgets ----------------------------------------------------------------------------
     def show(self, inst: InstanceState) -> None:
         self._inst = inst

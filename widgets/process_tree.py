@@ -139,6 +139,10 @@ class ProcessTree(Tree[int]):
         super().__init__("processes", id=id)
         self.show_root = False
         self.guide_depth = 2
+        self._start_over()
+
+    def _start_over(self) -> None:
+        """The view as a new tree has it: tree mode, first sort key, no filter, no processes."""
         self.flat = False
         self.sort_key = SORT_KEYS[0]
         self.filter_text = ""
@@ -152,6 +156,11 @@ class ProcessTree(Tree[int]):
         self._patterns: List[Pattern[str]] = []
         self._auto_expand = True
         self._sorted_at = 0.0
+
+    def forget(self) -> None:
+        """Drop the processes and the view's settings: the panel shows another instance next."""
+        self.clear()
+        self._start_over()
 
     # -- the view's settings (each rebuilds the rows) ---------------------------------------------------
     def set_view(self, flat: Optional[bool] = None, sort_key: Optional[str] = None,

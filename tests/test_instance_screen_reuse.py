@@ -1,0 +1,58 @@
+"""The instance screen is built once and shown for each instance opened (opening costs a paint, not ~50
+widgets built and styled): nothing of the instance shown before may stay on it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.test_app import all_live, make_app, open_screen, screen_text, wait_until
+from widgets.gpu_panel import GpuPanel
+from widgets.process_tree import ProcessTree
+
+
+async def test_the_next_instance_opened_shows_none_of_the_last_ones_logs_views_or_choices(tmp_path: Path) -> None:
+    app = make_app(tmp_path, gpus=2)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="three live agents")
+        grid = app.grid
+        first = grid.cursor_name
+        screen = await open_screen(pilot, app)
+        assert screen.instance_name == first
+
+        # what an operator leaves behind on the first instance: its log read, processes flat and filtered,
+        # the second GPU chosen
+        await pilot.press("3")
+        await wait_until(pilot, lambda: "%s step 40" % first in screen_text(app), what="the first one's log")
+        await pilot.press("2")
+        tree = screen.query_one(ProcessTree)
+        await pilot.press("t", "slash", *"zzz-no-such-process", "enter")
+        await wait_until(pilot, lambda: tree.flat and tree.filter_text == "zzz-no-such-process"
+                         and "filter zzz-no-such-process" in screen_text(app), what="the filtered flat view")
+        await pilot.press("1")
+        panel = screen.query_one(GpuPanel)
+        await wait_until(pilot, lambda: panel.has_focus, what="the GPU lines")
+        await pilot.press("down")
+        await wait_until(pilot, lambda: panel.selected == 1, what="the second GPU chosen")
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.screen is not screen, what="back on the grid")
+
+        await pilot.press("right" if grid._names.index(first) + 1 < len(grid._names) else "left")
+        await wait_until(pilot, lambda: grid.cursor_name != first, what="the cursor on another instance")
+        second = grid.cursor_name
+        again = await open_screen(pilot, app)
+        assert again is screen, "the screen is reused, not built again"
+        assert again.instance_name == second
+        await wait_until(pilot, lambda: screen_text(app).lstrip().startswith(second), what="the header's name")
+        assert panel.selected is None, "no GPU chosen on an instance the operator has not looked at"
+
+        await pilot.press("3")
+        await wait_until(pilot, lambda: "%s step 40" % second in screen_text(app), what="the second one's log")
+        text = screen_text(app)
+        assert "%s.log" % second in text and "%s.log" % first not in text, "only its own log files are tabs"
+        assert "%s step" % first not in text
+
+        await pilot.press("2")
+        await wait_until(pilot, lambda: not tree.flat and tree.filter_text == "" and tree.shown > 0,
+                         what="the process tree, unfiltered")
+        text = screen_text(app)
+        assert "[tree]" in text and "zzz-no-such-process" not in text
