@@ -195,16 +195,11 @@ class InstanceScreen(Screen):
         self, state: FleetState, name: str, *, demo: bool = False, read_only: bool = False, tab: str = "tab-gpus"
     ) -> None:
         super().__init__()
-        self.initial_tab = tab if tab in TABS else "tab-gpus"
         self.state = state
-        self.instance_name = name
         self.demo = demo
         self.read_only = read_only
-        self._log_ids: Dict[str, str] = {}
         self._log_serial = 0  # log pane ids are never reused: a removed pane may still be leaving the DOM
-        self._log_chosen = False  # the operator picked a log file: it stays the active one
-        self._input_mode = "search"  # what #log-search is for now: search | filter | grep
-        self._seen: Dict[str, Any] = {}
+        self.show_instance(name, tab)  # not mounted yet: sets the per-instance fields compose reads
 
     @property
     def inst(self) -> Optional[InstanceState]:
@@ -231,7 +226,7 @@ class InstanceScreen(Screen):
         release_dead_line_caches()  # else Textual keeps this screen's rendered lines (widgets/styles_cache.py)
 
     def on_screen_suspend(self) -> None:
-        release_dead_line_caches()  # the lines of log views removed while it was shown (show_instance)
+        release_dead_line_caches()  # the lines of log views show_instance removed (widgets/styles_cache.py)
 
     def on_mount(self) -> None:
         inst = self.inst
@@ -247,9 +242,10 @@ class InstanceScreen(Screen):
         at the next instance, so opening one costs a paint (issue 19: open <= 150 ms at 1000 hosts)."""
         self.instance_name = name
         self.initial_tab = tab if tab in TABS else "tab-gpus"
-        self._log_chosen = False
-        self._input_mode = "search"
-        self._seen = {}
+        self._log_ids: Dict[str, str] = {}  # log path -> its pane's id
+        self._log_chosen = False  # the operator picked a log file: it stays the active one
+        self._input_mode = "search"  # what #log-search is for now: search | filter | grep
+        self._seen: Dict[str, Any] = {}  # what each tab last showed (versions), to repaint only on change
         if not self.is_mounted:  # composed on its first show: compose and on_mount read the fields above
             return
         self.workers.cancel_group(self, "log-grep")  # a grep of the last instance's log answers nobody now
@@ -261,7 +257,6 @@ class InstanceScreen(Screen):
             search = self.query_one("#log-search", Input)
             search.remove_class("-shown")
             search.value = ""
-            self._log_ids = {}
             log_tabs = self.query_one("#log-tabs", TabbedContent)
             release_query_caches(log_tabs)  # else they keep the last instance's removed tabs
             log_tabs.clear_panes()
@@ -269,7 +264,6 @@ class InstanceScreen(Screen):
             for box in self.query(ScrollableContainer):  # the GPU, Diagnosis and Probes tabs open at the top
                 box.scroll_home(animate=False)
             self.query_one("#inst-tabs", TabbedContent).active = self.initial_tab
-        self.call_after_refresh(release_dead_line_caches)  # the removed log views' lines (widgets/styles_cache.py)
         self.set_focus(None)  # shown again, the screen focuses its first focusable widget, as a new one does
         inst = self.inst
         if inst is not None:
