@@ -5,23 +5,29 @@ receives (SSH packets, JSON lines, state updates, paints), not in who produced t
 
 1. **Record** (once per run, ``--record-seconds``, default 30): the real agent (``python -m console.agent``)
    runs here with 8 simulated GPUs (``gpu.simulate``, ``console/agent/nvml_sim.py``) over a small workload
-   (a log that grows, short-lived child processes: churn in the process table); its stdout lines are kept.
+   (a log that grows, short-lived child processes: churn in the process table); its stdout lines are kept:
+   that long at detail "full", then as long at "summary" (op ``detail``, what the console asks of a host out
+   of view: GPU frames on change, the benchmark's processes every 5 s, log lines held).
 2. **Replay host** (``scale.py serve``, a separate process): ONE asyncssh process listening on N ports of
    127.0.0.1.  It answers the link's probe ("python 3.x, agent present"), and for the agent's start command
    replays the recording in a loop with fresh ``ts`` (log line numbers carried on, the hello/backlog/full
-   process table only on the first pass); requests get minimal answers (``ping`` as the agent, anything else
-   ``ok: false``).  One timer (20 Hz) writes every session's due frames.
+   process table only on the first pass); op ``detail`` switches a session between the two phases as the
+   agent would (held log lines and the whole process table sent back at "full"; ``--no-detail``: refused,
+   every host sends everything, the worst case of an agent without the op); ``ping`` is answered as the
+   agent, anything else ``ok: false``.  One timer (20 Hz) writes every session's due frames.
 3. **Console**: ``FleetApp`` on a real ``FleetController`` and a fleet.toml of N instances, in this process,
    headless (``App.run_test``), keys sent through the driver as a terminal would.  Key latency is from the
    key event to the first refresh after its effect (the cursor moved / the screen changed).
 
-One line per figure: time until all N hosts' GPUs are in the fleet state (what the header counts), steady
-console CPU (% of one core, over ``--steady`` s once all are in: the UI process plus its link workers, each
-also on its own line; ``FLEET_CONSOLE_LINK_WORKERS=0`` keeps the links in the UI process for a side-by-side),
-the replay host's CPU over the same window, console RSS (UI process; the workers' on their own line),
-down-arrow latency p50/max, open an instance / back, and ``fleet-console status --json`` wall time.
+One line per figure: time until all N hosts' GPUs are in the fleet state (what the header counts), until the
+hosts out of view are at "summary", steady console CPU (% of one core, over ``--steady`` s once they are: the
+UI process plus its link workers, each also on its own line; ``FLEET_CONSOLE_LINK_WORKERS=0`` keeps the links
+in the UI process for a side-by-side), the replay host's CPU over the same window, console RSS (UI process;
+the workers' on their own line), down-arrow latency p50/max, open an instance / back (twice: the first and a
+second instance), and ``fleet-console status --json`` wall time.
 
-    .venv/bin/python bench/scale.py --hosts 100,500,1000 [--record-seconds 30] [--recording FILE] [--json]
+    .venv/bin/python bench/scale.py --hosts 100,500,1000 [--record-seconds 30] [--recording FILE] [--no-detail]
+                                    [--json]
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ sys.path.insert(0, str(ROOT))
 GPUS = 8
 TICK = 0.05  # seconds between the replay host's writes
 LOOP_GAP = 1.0  # seconds between the recording's last frame and its next pass
+BACKLOG_LINES = 200  # lines held per log at detail "summary" (the agent's ``backlog_lines``)
 
 # -- 1. the recording ----------------------------------------------------------------------------------------
 
@@ -83,31 +90,46 @@ def agent_config(workload_pid: int, log: str) -> dict[str, Any]:
 
 
 def record(seconds: float, out: Path) -> list[dict[str, Any]]:
-    """Run the real agent here for ``seconds`` on simulated GPUs and a busy workload; its frames, in order,
-    each with ``t`` (seconds after the first) added.  Written to ``out`` as JSON lines."""
+    """Run the real agent here on simulated GPUs and a busy workload: ``seconds`` at detail "full", then (asked
+    by op ``detail``, as the console asks for a host it does not show) ``seconds`` at "summary".  Its frames,
+    in order, each with ``phase`` ("full" | "summary") and ``t`` (seconds from the phase's start) added;
+    written to ``out`` as JSON lines."""
     work = Path(tempfile.mkdtemp(prefix="fleet-scale-rec-"))
     log = work / "train.log"
     workload = subprocess.Popen([sys.executable, "-c", _WORKLOAD, str(log)], start_new_session=True)
     try:
         cfg = work / "agent.json"
         cfg.write_text(json.dumps(agent_config(workload.pid, str(log))))
-        proc = subprocess.run(
-            [sys.executable, "-m", "console.agent", "--config-file", str(cfg), "--no-stdin",
-             "--max-seconds", str(seconds)],
-            cwd=str(ROOT), capture_output=True, timeout=seconds + 60, check=False)
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "console.agent", "--config-file", str(cfg), "--max-seconds", str(2 * seconds)],
+            cwd=str(ROOT), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert agent.stdin is not None
+        time.sleep(seconds)
+        agent.stdin.write(json.dumps({"id": "bench-summary", "op": "detail", "args": {"level": "summary"}}).encode()
+                          + b"\n")
+        agent.stdin.flush()
+        stdout, stderr = agent.communicate(timeout=seconds + 60)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(workload.pid, signal.SIGKILL)
         workload.wait()
         shutil.rmtree(work, ignore_errors=True)
-    frames = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith(b"{")]
+    frames = [json.loads(line) for line in stdout.splitlines() if line.startswith(b"{")]
     if not frames or frames[0].get("type") != "hello":
-        raise RuntimeError(f"the agent recorded nothing usable: {proc.stderr.decode()[-500:]}")
-    t0 = frames[0]["ts"]
+        raise RuntimeError(f"the agent recorded nothing usable: {stderr.decode()[-500:]}")
+    switch = next((f for f in frames if f.get("id") == "bench-summary"), None)
+    if switch is None or not switch.get("ok"):
+        raise RuntimeError(f"the agent did not take detail summary: {switch}")
+    kept = []
     for f in frames:
-        f["t"] = round(f["ts"] - t0, 3)
-    out.write_text("".join(json.dumps(f) + "\n" for f in frames))
-    return frames
+        if f is switch:
+            continue
+        phase = "full" if f["ts"] < switch["ts"] else "summary"
+        f["phase"] = phase
+        f["t"] = round(f["ts"] - (frames[0]["ts"] if phase == "full" else switch["ts"]), 3)
+        kept.append(f)
+    out.write_text("".join(json.dumps(f) + "\n" for f in kept))
+    return kept
 
 
 def load_recording(path: Path) -> list[dict[str, Any]]:
@@ -117,15 +139,18 @@ def load_recording(path: Path) -> list[dict[str, Any]]:
 # -- 2. the replay host --------------------------------------------------------------------------------------
 
 class Replay:
-    """The recording turned into cheap writes: every frame's JSON split around its ``ts``."""
+    """One phase of the recording turned into cheap writes: every frame's JSON split around its ``ts``.
 
-    def __init__(self, frames: list[dict[str, Any]]) -> None:
-        self.times: list[float] = []
+    ``repeat_all``: every frame comes again on every pass (the summary phase); otherwise the hello, the log
+    backlog and the full process table come on the first pass only."""
+
+    def __init__(self, frames: list[dict[str, Any]], repeat_all: bool = False) -> None:
         self.parts: list[tuple[bytes, bytes] | dict[str, Any]] = []  # (before ts, after ts), or a log frame
         self.first_only: list[bool] = []
+        self.full_procs: tuple[bytes, bytes] | None = None  # the whole process table (sent again back at "full")
         span = 0
         for f in frames:
-            f = {k: v for k, v in f.items() if k != "t"}
+            f = {k: v for k, v in f.items() if k not in ("t", "phase")}
             kind = f.get("type")
             first = kind == "hello" or bool(f.get("backlog")) or (kind == "procs" and f.get("full"))
             if kind == "log":
@@ -136,34 +161,80 @@ class Replay:
                 f["ts"] = "@@TS@@"
                 before, after = json.dumps(f).encode().split(b'"@@TS@@"')
                 self.parts.append((before, after))
-            self.first_only.append(first)
+                if kind == "procs" and f.get("full") and not f.get("subset") and self.full_procs is None:
+                    self.full_procs = (before, after)
+            self.first_only.append(first and not repeat_all)
         self.times = [f["t"] for f in frames]
         self.duration = self.times[-1] + LOOP_GAP
         self.log_span = span
+
+    def is_log(self, i: int) -> bool:
+        return isinstance(self.parts[i], dict)
+
+    def log_frame(self, i: int, now: float, loop: int) -> dict[str, Any]:
+        part = self.parts[i]
+        assert isinstance(part, dict)
+        f = dict(part, ts=round(now, 3))
+        if loop and f.get("first_line") is not None and f.get("event") is None:
+            f["first_line"] = f["first_line"] + loop * self.log_span
+        return f
 
     def line(self, i: int, now: float, loop: int) -> bytes:
         part = self.parts[i]
         if isinstance(part, tuple):
             return part[0] + b"%.3f" % now + part[1] + b"\n"
-        f = dict(part, ts=round(now, 3))
-        if loop and f.get("first_line") is not None and f.get("event") is None:
-            f["first_line"] = f["first_line"] + loop * self.log_span
-        return json.dumps(f).encode() + b"\n"
+        return json.dumps(self.log_frame(i, now, loop)).encode() + b"\n"
+
+
+def load_replays(path: Path) -> tuple[Replay, Replay | None]:
+    """The recording's full phase and its summary phase (None in a recording made without one)."""
+    frames = load_recording(path)
+    full = [f for f in frames if f.get("phase", "full") == "full"]
+    summary = [f for f in frames if f.get("phase") == "summary"]
+    return Replay(full), (Replay(summary, repeat_all=True) if summary else None)
+
+
+class _Stream:
+    """Where a session is in one phase's replay."""
+
+    def __init__(self, t0: float) -> None:
+        self.t0, self.i, self.loop = t0, 0, 0
+
+    def due(self, r: Replay, now: float) -> list[tuple[int, int]]:
+        """``(frame index, pass)`` of the frames due by ``now``, the stream moved past them."""
+        out = []
+        while now - self.t0 >= r.times[self.i]:
+            if not (self.loop and r.first_only[self.i]):
+                out.append((self.i, self.loop))
+            self.i += 1
+            if self.i >= len(r.times):
+                self.i, self.loop, self.t0 = 0, self.loop + 1, self.t0 + r.duration
+        return out
 
 
 class _Session:
     def __init__(self, process: Any, t0: float) -> None:
-        self.process, self.t0, self.i, self.loop = process, t0, 0, 0
+        self.process, self.t0 = process, t0
+        self.full = _Stream(t0)  # runs on at "summary" too: its log lines are held, as the agent holds them
+        self.summary: _Stream | None = None  # at detail "summary"
+        self.held: dict[str, list[dict[str, Any]]] = {}
 
 
 class ReplayHost:
-    """N asyncssh listeners in one process; every agent session replays the recording."""
+    """N asyncssh listeners in one process; every agent session replays the recording.
 
-    def __init__(self, replay: Replay, host_key: Any, client_public: bytes) -> None:
+    Op ``detail`` is taken as the agent takes it (when the recording has a summary phase and ``detail`` is on):
+    at "summary" the session replays the summary phase while the full phase runs on unsent, its log frames
+    held (``hold_frames``, the agent's own); back at "full" the held lines and the whole process table come
+    first.  Without it the answer is ``ok: false`` and every session sends everything (an agent without the op:
+    the console's worst case)."""
+
+    def __init__(self, replay: Replay, host_key: Any, client_public: bytes, summary: Replay | None = None) -> None:
         import asyncssh
 
         self.asyncssh = asyncssh
         self.replay = replay
+        self.summary = summary
         self.host_key = host_key
         self.authorized = asyncssh.import_authorized_keys(client_public.decode())
         self.listeners: list[Any] = []
@@ -228,6 +299,12 @@ class ReplayHost:
                 if req.get("op") == "ping":
                     answer = {"type": "result", "ts": now, "id": req.get("id"), "ok": True,
                               "data": {"pong": True, "time": now, "uptime": now - session.t0}}
+                elif req.get("op") == "detail" and self.summary is not None:
+                    level = (req.get("args") or {}).get("level")
+                    answer = {"type": "result", "ts": now, "id": req.get("id"), "ok": level in ("full", "summary"),
+                              "data": {"level": level}}
+                    process.stdout.write(json.dumps(answer).encode() + b"\n" + self._set_level(session, level, now))
+                    continue
                 else:
                     answer = {"type": "result", "ts": now, "id": req.get("id"), "ok": False,
                               "error": f"replay host: {req.get('op')} is not replayed"}
@@ -239,20 +316,36 @@ class ReplayHost:
             with contextlib.suppress(Exception):
                 process.exit(0)
 
+    def _set_level(self, s: _Session, level: str, now: float) -> bytes:
+        """Switch ``s`` to ``level``; what the agent sends at once (back at "full": held lines, whole table)."""
+        if level == "summary" and s.summary is None:
+            s.summary = _Stream(now)
+        if level != "full" or s.summary is None:
+            return b""
+        s.summary = None
+        held = [f for frames in s.held.values() for f in frames]
+        s.held = {}
+        out = [json.dumps(dict(f, ts=round(now, 3))).encode() + b"\n" for f in held]
+        if self.replay.full_procs is not None:
+            out.append(self.replay.full_procs[0] + b"%.3f" % now + self.replay.full_procs[1] + b"\n")
+        return b"".join(out)
+
     async def _tick(self) -> None:
-        r = self.replay
-        n = len(r.times)
+        from console.agent.logs import hold_frames
+
+        r, rs = self.replay, self.summary
         while True:
             await asyncio.sleep(TICK)
             now = time.time()
             for s in list(self.sessions):
                 out = []
-                while now - s.t0 >= r.times[s.i]:
-                    if not (s.loop and r.first_only[s.i]):
-                        out.append(r.line(s.i, now, s.loop))
-                    s.i += 1
-                    if s.i >= n:
-                        s.i, s.loop, s.t0 = 0, s.loop + 1, s.t0 + r.duration
+                if s.summary is None:
+                    out = [r.line(i, now, loop) for i, loop in s.full.due(r, now)]
+                else:
+                    held = [r.log_frame(i, now, loop) for i, loop in s.full.due(r, now) if r.is_log(i)]
+                    hold_frames(s.held, held, BACKLOG_LINES)
+                    if rs is not None:
+                        out = [rs.line(i, now, loop) for i, loop in s.summary.due(rs, now)]
                 if out:
                     try:
                         s.process.stdout.write(b"".join(out))
@@ -278,12 +371,12 @@ def serve_main(args: argparse.Namespace) -> int:
 
     raise_nofile()
     work = Path(args.dir)
-    replay = Replay(load_recording(Path(args.recording)))
+    replay, summary = load_replays(Path(args.recording))
     host_key = asyncssh.read_private_key(str(work / "host_key"))
     client_public = (work / "client_key.pub").read_bytes()
 
     async def main() -> None:
-        host = ReplayHost(replay, host_key, client_public)
+        host = ReplayHost(replay, host_key, client_public, None if args.no_detail else summary)
         ports = await host.listen(args.hosts)
         print(json.dumps({"ports": ports}), flush=True)
         stop = asyncio.Event()
@@ -300,8 +393,8 @@ def serve_main(args: argparse.Namespace) -> int:
 class ReplayFleet:
     """The replay host as a child process, with the keys, known_hosts and fleet.toml that reach it."""
 
-    def __init__(self, hosts: int, recording: Path, work: Path) -> None:
-        self.hosts, self.recording, self.work = hosts, recording, work
+    def __init__(self, hosts: int, recording: Path, work: Path, detail: bool = True) -> None:
+        self.hosts, self.recording, self.work, self.detail = hosts, recording, work, detail
         self.proc: subprocess.Popen[bytes] | None = None
         self.fleet_path = work / "fleet.toml"
         self.ports: list[int] = []
@@ -317,7 +410,7 @@ class ReplayFleet:
         client_key.write_public_key(str(self.work / "client_key.pub"))
         self.proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), "serve", "--hosts", str(self.hosts),
-             "--recording", str(self.recording), "--dir", str(self.work)],
+             "--recording", str(self.recording), "--dir", str(self.work)] + ([] if self.detail else ["--no-detail"]),
             stdout=subprocess.PIPE, start_new_session=True)
         assert self.proc.stdout is not None
         deadline = time.monotonic() + timeout
@@ -388,9 +481,23 @@ async def key_latency(app: Any, key: str, changed: Any, timeout: float = 15.0) -
     return time.perf_counter() - t0
 
 
+async def settle_detail(app: Any, hosts: int, timeout: float) -> int:
+    """Wait until every instance out of view is at detail "summary" (or ``timeout``); how many are."""
+    tracker = app.detail
+    t0 = time.monotonic()
+    summary = 0
+    while tracker is not None and time.monotonic() - t0 < timeout:
+        shown = len(app.grid.on_screen_names())
+        summary = sum(tracker.level(name) == "summary" for name in app.state.instances)
+        if summary + shown >= hosts:
+            break
+        await asyncio.sleep(0.25)
+    return summary
+
+
 async def drive_console(fleet_path: Path, hosts: int, replay_pid: int | None, *, steady: float = 10.0,
                         presses: int = 30, all_timeout: float = 300.0, key_timeout: float = 3.0,
-                        size: tuple[int, int] = (200, 60)) -> dict[str, Any]:
+                        size: tuple[int, int] = (200, 60), detail: bool = True) -> dict[str, Any]:
     """Run the console on ``fleet_path`` and measure; the replay host's CPU from ``replay_pid``."""
     import psutil
 
@@ -414,6 +521,9 @@ async def drive_console(fleet_path: Path, hosts: int, replay_pid: int | None, *,
         out["gpus"] = got
         out["all_gpus_s"] = round(time.monotonic() - t_start, 1) if got >= want else None
         await asyncio.sleep(2.0)  # past the connect storm
+        if detail:  # the hosts out of view at "summary" (console/detail.py), the steady state of a big fleet
+            out["summary_hosts"] = await settle_detail(app, hosts, timeout=60.0)
+            out["detail_settled_s"] = round(time.monotonic() - t_start, 1)
         workers = [psutil.Process(pid) for pid in (controller.shards.pids if controller.shards else [])]
         out["link_workers"] = len(workers)
         c0, r0, w0 = me.cpu_times(), replay.cpu_times() if replay else None, time.monotonic()
@@ -446,11 +556,17 @@ async def drive_console(fleet_path: Path, hosts: int, replay_pid: int | None, *,
         out["key_p50_ms"] = round(1000 * statistics.median(lat), 1) if lat else None
         out["key_max_ms"] = round(1000 * max(lat), 1) if lat else None
         main = app.screen
-        t = await key_latency(app, "enter", lambda: isinstance(app.screen, InstanceScreen))
-        out["open_ms"] = round(1000 * t, 1) if t is not None else None
-        await asyncio.sleep(1.0)
-        t = await key_latency(app, "escape", lambda: app.screen is main)
-        out["back_ms"] = round(1000 * t, 1) if t is not None else None
+        for visit in ("", "2"):  # the first open of a session, then another instance's
+            if visit:
+                before = grid.cursor_name
+                await key_latency(app, "down", lambda b=before: grid.cursor_name != b, timeout=key_timeout)
+                await asyncio.sleep(0.5)
+            t = await key_latency(app, "enter", lambda: isinstance(app.screen, InstanceScreen))
+            out[f"open{visit}_ms"] = round(1000 * t, 1) if t is not None else None
+            await asyncio.sleep(1.0)
+            t = await key_latency(app, "escape", lambda: app.screen is main)
+            out[f"back{visit}_ms"] = round(1000 * t, 1) if t is not None else None
+            await asyncio.sleep(0.5)
         out["rss_mb"] = round(me.memory_info().rss / 2**20)
         out["workers_rss_mb"] = round(sum(w.memory_info().rss for w in workers) / 2**20) if workers else None
     await controller.stop()  # the app stops it on unmount too; stopping it under a live app races its paint timer
@@ -472,6 +588,8 @@ def status_wall(fleet_path: Path, timeout: float = 300.0) -> float | None:
 LINES = [
     ("all_gpus_s", "all {hosts} hosts' GPUs in the header", "s"),
     ("link_workers", "link worker processes", ""),
+    ("detail_settled_s", "hosts out of view at detail summary by", "s"),
+    ("summary_hosts", "  hosts at summary", ""),
     ("console_cpu_pct", "steady console CPU (UI process + link workers)", "% of a core"),
     ("ui_cpu_pct", "  of which the UI process", "% of a core"),
     ("workers_cpu_pct", "  of which the link workers", "% of a core"),
@@ -480,8 +598,10 @@ LINES = [
     ("workers_rss_mb", "link workers' RSS (all)", "MB"),
     ("key_p50_ms", "down-arrow latency p50", "ms"),
     ("key_max_ms", "down-arrow latency max", "ms"),
-    ("open_ms", "open an instance", "ms"),
+    ("open_ms", "open an instance (the first)", "ms"),
     ("back_ms", "back to the grid", "ms"),
+    ("open2_ms", "open another instance", "ms"),
+    ("back2_ms", "back to the grid again", "ms"),
     ("status_json_s", "status --json wall time", "s"),
 ]
 
@@ -515,13 +635,14 @@ def bench_main(args: argparse.Namespace) -> int:
         for hosts in [int(x) for x in args.hosts.split(",")]:
             work = top / f"h{hosts}"
             work.mkdir()
-            fleet = ReplayFleet(hosts, recording, work)
+            fleet = ReplayFleet(hosts, recording, work, detail=not args.no_detail)
             t0 = time.monotonic()
             fleet.start()
             note(f"{hosts} hosts: replay host up in {time.monotonic() - t0:.1f} s")
             try:
                 r = asyncio.run(drive_console(fleet.fleet_path, hosts, fleet.pid, steady=args.steady,
-                                              presses=args.presses, all_timeout=args.all_timeout))
+                                              presses=args.presses, all_timeout=args.all_timeout,
+                                              detail=not args.no_detail))
                 note(f"{hosts} hosts: console done at {time.monotonic() - t0:.1f} s")
                 r["status_json_s"] = status_wall(fleet.fleet_path)
             finally:
@@ -543,6 +664,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--hosts", type=int, required=True)
         p.add_argument("--recording", required=True)
         p.add_argument("--dir", required=True)
+        p.add_argument("--no-detail", action="store_true", help="do not take op detail (an agent without it)")
         return serve_main(p.parse_args(argv[1:]))
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--hosts", default="100,500,1000", help="comma-separated fleet sizes")
@@ -551,6 +673,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steady", type=float, default=10.0, help="seconds of steady CPU measurement")
     p.add_argument("--presses", type=int, default=30, help="down-arrow presses measured")
     p.add_argument("--all-timeout", type=float, default=300.0, help="seconds to wait for every host's GPUs")
+    p.add_argument("--no-detail", action="store_true",
+                   help="the replay host does not take op detail: every host sends everything (an agent without "
+                        "detail on demand; the console's worst case)")
     p.add_argument("--json", action="store_true", help="one JSON object per size instead of lines")
     return bench_main(p.parse_args(argv))
 

@@ -304,22 +304,8 @@ class LogFollower:
 
     # -- detail level "summary" -----------------------------------------------------------------
     def hold(self, frames: List[Dict[str, Any]]) -> None:
-        """Keep ``frames`` (what ``poll`` gave) instead of sending them: merged per file while the numbering
-        runs on, at most ``backlog_lines`` lines per file (the oldest become a skipped marker)."""
-        cap = max(1, self.backlog_lines)
-        for frame in frames:
-            held = self._held.setdefault(frame["path"], [])
-            last = held[-1] if held else None
-            cut = frame["first_line"] - last["first_line"] if last is not None else -1
-            if (last is not None and frame.get("event") is None and not frame.get("skipped")
-                    and 0 <= cut <= len(last["lines"])):
-                last["lines"] = last["lines"][:cut] + frame["lines"]  # lines sent again (partial) replace theirs
-                last.pop("partial", None)
-                if frame.get("partial"):
-                    last["partial"] = True
-            else:
-                held.append(dict(frame, lines=list(frame["lines"])))
-            _trim_held(held, cap)
+        """Keep ``frames`` (what ``poll`` gave) instead of sending them (``hold_frames``)."""
+        hold_frames(self._held, frames, self.backlog_lines)
 
     def release(self) -> List[Dict[str, Any]]:
         """The held frames, in order (back at detail "full"); nothing is held after."""
@@ -330,6 +316,25 @@ class LogFollower:
     @property
     def held_lines(self) -> int:
         return sum(len(f["lines"]) for held in self._held.values() for f in held)
+
+
+def hold_frames(held_by_path: Dict[str, List[Dict[str, Any]]], frames: List[Dict[str, Any]], cap: int) -> None:
+    """Add ``frames`` to ``held_by_path``: merged per file while the numbering runs on, at most ``cap`` lines
+    per file (the oldest become a skipped marker).  What the agent sends, in order, back at detail "full"."""
+    cap = max(1, cap)
+    for frame in frames:
+        held = held_by_path.setdefault(frame["path"], [])
+        last = held[-1] if held else None
+        cut = frame["first_line"] - last["first_line"] if last is not None else -1
+        if (last is not None and frame.get("event") is None and not frame.get("skipped")
+                and 0 <= cut <= len(last["lines"])):
+            last["lines"] = last["lines"][:cut] + frame["lines"]  # lines sent again (partial) replace theirs
+            last.pop("partial", None)
+            if frame.get("partial"):
+                last["partial"] = True
+        else:
+            held.append(dict(frame, lines=list(frame["lines"])))
+        _trim_held(held, cap)
 
 
 def _trim_held(held: List[Dict[str, Any]], cap: int) -> None:
