@@ -45,6 +45,7 @@ from widgets.styles_cache import release_dead_line_caches
 FRAME_INTERVAL = 0.25  # seconds between repaints (4 Hz)
 TICK_INTERVAL = 1.0  # seconds between re-derivations of time-based states (stale, idle)
 DETAIL_INTERVAL = 0.5  # seconds between looks at what is in view (console/detail.py)
+WARM_AFTER = 1.0  # seconds after start: the instance screen is built in the background (before gc.freeze)
 DEMO_BANNER = "DEMO fleet — simulated GPUs"
 MAX_NOTIFY_EVENTS = 3  # instances named in one "got worse" toast, then "+N more"
 SMALL_SCREEN_ROWS = 40  # below this many rows toasts are one line each, at most SMALL_SCREEN_TOASTS at once
@@ -194,6 +195,7 @@ class FleetApp(App):
         self.set_interval(DETAIL_INTERVAL, self.update_detail)
         # Once the screens are built, move the long-lived objects out of the collector's way: full
         # collections then scan only what came later (measured: 70+ ms gen-2 pauses otherwise).
+        self.set_timer(WARM_AFTER, self.warm_instance_screen)
         self.set_timer(2.0, gc.freeze)
         # dialogs, toasts and recomposed panes leave their rendered lines in Textual's cache otherwise
         self.set_interval(60.0, release_dead_line_caches)
@@ -353,15 +355,39 @@ class FleetApp(App):
         if name not in self.state.instances:
             return
         screen = self._instance_screen
-        if screen is None:  # installed: leaving it keeps its widgets for the next instance (~150 ms saved)
-            screen = InstanceScreen(self.state, name, demo=self.demo, read_only=self.read_only, tab=tab)
-            self.install_screen(screen, "instance")
-            self._instance_screen = screen
+        if screen is None:
+            screen = self._install_instance_screen(name, tab)
+        elif screen.is_running and not screen.is_mounted:  # built in the background, not quite done: then
+            self.call_after_refresh(self.open_instance, name, tab)
+            return
         while screen in self.screen_stack:  # opened from the instance screen or a screen above it
             self.pop_screen()
         screen.show_instance(name, tab)
         self.push_screen(screen)
         self.call_after_refresh(self.update_detail)  # an instance at "summary" gets its streams back now
+
+    def _install_instance_screen(self, name: str, tab: str = "tab-gpus") -> InstanceScreen:
+        """The one instance screen (installed: leaving it keeps its widgets for the next instance opened)."""
+        screen = InstanceScreen(self.state, name, demo=self.demo, read_only=self.read_only, tab=tab)
+        self.install_screen(screen, "instance")
+        self._instance_screen = screen
+        return screen
+
+    def warm_instance_screen(self) -> None:
+        """Build the instance screen before the first Enter: composed, styled and mounted off the screen stack
+        (what ``push_screen`` does before it shows a screen), so that the first open of a session costs a
+        layout and a paint like every later one, not the ~150-350 ms of building ~50 widgets (issue 19)."""
+        if self._instance_screen is not None or not self.screen_stack:
+            return
+        if not self.state.instances:  # (instances a Prometheus source finds come later)
+            self.set_timer(WARM_AFTER, self.warm_instance_screen)
+            return
+        screen = self._install_instance_screen(next(iter(self.state.instances)))
+        try:  # Textual 8.2: registers and starts the screen (its children mount), loads its CSS
+            self._get_screen(screen)
+            self._load_screen_css(screen)
+        except Exception:  # a Textual without these: the first open builds it, as before
+            return
 
     def on_resize(self, event: events.Resize) -> None:
         """A resize can change how many lines the header needs (2 at 80 columns, 1 at 200)."""

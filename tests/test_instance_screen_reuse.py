@@ -7,6 +7,8 @@ from pathlib import Path
 
 from tests.test_app import all_live, make_app, open_screen, screen_text, wait_until
 from widgets.gpu_panel import GpuPanel
+from widgets.instance_screen import InstanceScreen
+from widgets.process_panel import ProcessPanel
 from widgets.process_tree import ProcessTree
 
 
@@ -56,3 +58,45 @@ async def test_the_next_instance_opened_shows_none_of_the_last_ones_logs_views_o
                          what="the process tree, unfiltered")
         text = screen_text(app)
         assert "[tree]" in text and "zzz-no-such-process" not in text
+
+
+async def test_the_screen_is_built_before_the_first_open_and_shows_the_instance_opened(tmp_path: Path) -> None:
+    """The first Enter of a session costs a paint too: the screen was built in the background at start (for
+    whichever instance came first), off the screen stack; opening another instance shows only that one."""
+    app = make_app(tmp_path, gpus=2)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="three live agents")
+        await wait_until(pilot, lambda: app._instance_screen is not None and app._instance_screen.is_mounted,
+                         what="the instance screen built in the background")
+        warm = app._instance_screen
+        built_for = warm.instance_name
+        grid = app.grid
+        assert warm not in app.screen_stack and app.screen is app.screen_stack[0], "nothing shown but the grid"
+        assert grid.has_focus, "the keys still go to the grid"
+        for key in ("right", "down", "left"):  # onto an instance the screen was not built for
+            if grid.cursor_name != built_for:
+                break
+            await pilot.press(key)
+        target = grid.cursor_name
+        assert target != built_for
+        screen = await open_screen(pilot, app)
+        assert screen is warm and screen.instance_name == target
+        assert screen.query_one(ProcessPanel).instance_name == target
+        await wait_until(pilot, lambda: screen_text(app).lstrip().startswith(target), what="the header's name")
+        await pilot.press("3")
+        await wait_until(pilot, lambda: "%s step 40" % target in screen_text(app), what="its log")
+        assert "%s.log" % built_for not in screen_text(app)
+
+
+async def test_an_open_while_the_screen_is_still_being_built_shows_the_instance_opened(tmp_path: Path) -> None:
+    app = make_app(tmp_path, gpus=2)
+    async with app.run_test(size=(140, 45)) as pilot:
+        names = list(app.state.instances)
+        app.warm_instance_screen()  # built for names[0] ...
+        app.open_instance(names[-1])  # ... and opened for another before its widgets are mounted
+        await wait_until(pilot, lambda: isinstance(app.screen, InstanceScreen) and app.screen.is_mounted,
+                         what="the instance screen")
+        screen = app.screen
+        assert screen is app._instance_screen and screen.instance_name == names[-1]
+        assert screen.query_one(ProcessPanel).instance_name == names[-1]
+        await wait_until(pilot, lambda: screen_text(app).lstrip().startswith(names[-1]), what="the header's name")
