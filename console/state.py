@@ -421,6 +421,7 @@ class FleetState:
         self._events: Deque[Tuple[str, str, str, str]] = deque(maxlen=MAX_EVENTS)
         self.order_version = 0  # bumped when statuses (hence the ordering) change
         self.frames = 0
+        self._counted: Dict[str, Tuple[int, str, int, int, int]] = {}  # totals(): name -> (version, counts)
 
     # -- feeding ----------------------------------------------------------------------------------
     def add_instance(self, instance: Instance) -> InstanceState:
@@ -574,22 +575,39 @@ class FleetState:
         return sorted(items, key=lambda i: (i.rank, i.name))
 
     def totals(self) -> Dict[str, int]:
+        """Instances per status, GPUs busy / idle / lost, for the header (every paint). Each instance's counts
+        are kept with the ``version`` they were taken at, so a paint recounts only the instances that changed
+        since the last one (at 1000 hosts x 8 GPUs, recounting all cost ~10 % of the UI process)."""
         out = {"instances": len(self.instances), "gpus": 0, "busy": 0, "idle": 0, "lost": 0, "failing": 0}
         for status in STATUSES:
             out[status] = 0
-        for inst in self.instances.values():
-            out[inst.status] += 1
-            if inst.status in FAILING:
-                out["failing"] += 1
-            for gpu in inst.gpus.values():
-                out["gpus"] += 1
-                if gpu.lost or gpu.missing:
-                    out["lost"] += 1
-                elif (gpu.util or 0) >= BUSY_UTIL:
-                    out["busy"] += 1
-                else:
-                    out["idle"] += 1
+        counted = self._counted
+        for name, inst in self.instances.items():
+            hit = counted.get(name)
+            if hit is None or hit[0] != inst.version or hit[1] != inst.status:
+                hit = counted[name] = (inst.version, inst.status, *_gpu_counts(inst))
+            _version, status, gpus, busy, lost = hit
+            out[status] += 1
+            out["gpus"] += gpus
+            out["busy"] += busy
+            out["lost"] += lost
+            out["idle"] += gpus - busy - lost
+        out["failing"] = sum(out[status] for status in FAILING)
+        if len(counted) > len(self.instances):
+            for gone in [n for n in counted if n not in self.instances]:
+                del counted[gone]
         return out
+
+
+def _gpu_counts(inst: InstanceState) -> Tuple[int, int, int]:
+    """``(gpus, busy, lost)`` of one instance (a GPU missing from the last frame counts as lost)."""
+    busy = lost = 0
+    for gpu in inst.gpus.values():
+        if gpu.lost or gpu.missing:
+            lost += 1
+        elif (gpu.util or 0) >= BUSY_UTIL:
+            busy += 1
+    return len(inst.gpus), busy, lost
 
 
 def matches(inst: InstanceState, query: str) -> bool:

@@ -106,6 +106,25 @@ def test_lost_and_missing_gpus_are_marked_and_counted() -> None:
     assert state.totals()["lost"] == 2
 
 
+def test_the_header_totals_follow_every_change_after_they_were_read() -> None:
+    """totals() keeps each instance's counts between paints: a frame, a status or a GPU gone changes them."""
+    state, _ = make_state("a", "b")
+    connect(state, "a")
+    connect(state, "b")
+    state.apply_frame("a", gpu_frame([90, 90], full=True))
+    state.apply_frame("b", gpu_frame([0, 0, 0], full=True))
+    t = state.totals()
+    assert (t["gpus"], t["busy"], t["idle"], t["lost"]) == (5, 2, 3, 0)
+    state.apply_frame("a", gpu_frame([90, 0]))  # one of a's GPUs goes idle
+    state.apply_frame("b", gpu_frame([50]))  # two of b's vanish, one gets busy
+    t = state.totals()
+    assert (t["gpus"], t["busy"], t["idle"], t["lost"]) == (5, 2, 1, 2)
+    state.set_link_status("b", "unreachable", "connection refused")
+    t = state.totals()
+    assert t["unreachable"] == 1 and t["failing"] == 1 and t["instances"] == 2
+    assert state.totals() == t, "read again without a change: the same"
+
+
 def test_history_and_log_rings_stay_bounded() -> None:
     state, _ = make_state("a")
     connect(state, "a")
