@@ -215,6 +215,7 @@ class _Stream:
 class _Session:
     def __init__(self, process: Any, t0: float) -> None:
         self.process, self.t0 = process, t0
+        self.sent_at = 0.0  # time.monotonic() of the last write
         self.full = _Stream(t0)  # runs on at "summary" too: its log lines are held, as the agent holds them
         self.summary: _Stream | None = None  # at detail "summary"
         self.held: dict[str, list[dict[str, Any]]] = {}
@@ -296,6 +297,8 @@ class ReplayHost:
                               "data": {"stopping": True}}
                     process.stdout.write(json.dumps(answer).encode() + b"\n")
                     break
+                if req.get("op") == "ping" and req.get("id") == 0 and time.monotonic() - session.sent_at < 5.0:
+                    continue  # the watchdog's: the agent answers it only when it sent nothing for 5 s
                 if req.get("op") == "ping":
                     answer = {"type": "result", "ts": now, "id": req.get("id"), "ok": True,
                               "data": {"pong": True, "time": now, "uptime": now - session.t0}}
@@ -304,11 +307,13 @@ class ReplayHost:
                     answer = {"type": "result", "ts": now, "id": req.get("id"), "ok": level in ("full", "summary"),
                               "data": {"level": level}}
                     process.stdout.write(json.dumps(answer).encode() + b"\n" + self._set_level(session, level, now))
+                    session.sent_at = time.monotonic()
                     continue
                 else:
                     answer = {"type": "result", "ts": now, "id": req.get("id"), "ok": False,
                               "error": f"replay host: {req.get('op')} is not replayed"}
                 process.stdout.write(json.dumps(answer).encode() + b"\n")
+                session.sent_at = time.monotonic()
         except (self.asyncssh.Error, OSError, ConnectionError):
             pass
         finally:
@@ -347,6 +352,7 @@ class ReplayHost:
                     if rs is not None:
                         out = [rs.line(i, now, loop) for i, loop in s.summary.due(rs, now)]
                 if out:
+                    s.sent_at = time.monotonic()
                     try:
                         s.process.stdout.write(b"".join(out))
                     except Exception:  # a closing channel: its reader ends the session

@@ -150,3 +150,38 @@ def test_agent_without_driver_says_no_gpu_once(tmp_path):
         assert not any(f["type"] == "error" for f in agent.seen)
     finally:
         agent.stop()
+
+
+def test_the_watchdog_ping_is_answered_only_when_the_agent_was_quiet(tmp_path):
+    """The console pings every 5 s (id 0) so that an agent it left exits; while frames flow they already say
+    the agent lives and an answer per host every 5 s is only load. A quiet agent answers, so the console's
+    silence watchdog still hears from it; a ping with any other id is always answered."""
+    state = tmp_path / "gpu.json"
+    nvml_sim.write_state(str(state), {"gpus": [{"load": 50}]})
+    cfg = {
+        "interval": 0.5,
+        "watch_dirs": [],
+        "proc_root": os.getpid(),
+        "gpu": {"simulate": {"gpus": 1, "state_file": str(state), "jitter": True}},
+    }
+    agent = AgentProc(cfg)
+    try:
+        agent.next(lambda f: f["type"] == "gpu")
+        agent.request({"id": 0, "op": "ping", "args": {}})
+        agent.request({"id": 7, "op": "ping", "args": {}})
+        agent.next(lambda f: f["type"] == "result" and f["id"] == 7)
+        agent.next(lambda f: f["type"] == "gpu" and f is not agent.seen[0], timeout=5)
+        assert not any(f["type"] == "result" and f["id"] == 0 for f in agent.seen), "frames flow: no answer"
+    finally:
+        agent.stop()
+
+    quiet = dict(cfg, interval=60.0, log_interval=60.0, heartbeat_interval=60.0)
+    agent = AgentProc(quiet)
+    try:
+        agent.next(lambda f: f["type"] == "gpu")
+        time.sleep(5.5)  # nothing sent since the first sample
+        agent.request({"id": 0, "op": "ping", "args": {}})
+        answer = agent.next(lambda f: f["type"] == "result", timeout=5)
+        assert answer["id"] == 0 and answer["ok"], answer
+    finally:
+        agent.stop()

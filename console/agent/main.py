@@ -30,6 +30,7 @@ from .protocol import PROTOCOL_VERSION, FrameWriter, ProtocolError, decode_reque
 
 LEVELS = ("full", "summary")  # op ``detail``: what the console wants of this host (see ``Agent.level``)
 SUMMARY_PROCS_EVERY = 5.0  # seconds between process samples at "summary" (the benchmark-up check)
+PING_QUIET = 5.0  # the console's watchdog ping (id 0) is answered only after this long without a frame sent
 
 
 class Agent:
@@ -165,6 +166,8 @@ class Agent:
         except ProtocolError as exc:
             self.writer.send("error", message="bad request: %s" % exc)
             return
+        if req["op"] == "ping" and req["id"] == 0 and time.monotonic() - self.writer.sent_at < PING_QUIET:
+            return  # the console's watchdog ping, while frames flow: they tell the console this agent lives
         handler = OPS.get(req["op"])
         if handler is None:
             self.writer.send("result", id=req["id"], ok=False, error="unknown op %r" % req["op"])

@@ -362,12 +362,13 @@ def decode_request(line: bytes | str) -> Dict[str, Any]:
 
 
 class FrameWriter:
-    """Thread-safe writer of frames to a binary stream; counts the bytes it sent."""
+    """Thread-safe writer of frames to a binary stream; counts the bytes it sent, notes when (monotonic)."""
 
     def __init__(self, stream: Optional[IO[bytes]] = None) -> None:
         self._stream = stream if stream is not None else sys.stdout.buffer
         self._lock = threading.Lock()
         self.bytes_sent = 0
+        self.sent_at = 0.0
         self.closed = False
 
     def send(self, frame_type: str, **fields: Any) -> None:
@@ -384,3 +385,4 @@ class FrameWriter:
                 self.closed = True
                 return
             self.bytes_sent += len(data)
+            self.sent_at = time.monotonic()

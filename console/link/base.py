@@ -298,7 +298,8 @@ class AgentLink:
         self._watchdog = loop.call_at(loop.time() + self.silence_timeout, check)
 
     async def _ping_loop(self, session: Session) -> None:
-        """A ping every PING_EVERY seconds (id 0: its answer is not delivered); the agent's watchdog."""
+        """A ping every PING_EVERY seconds, the agent's watchdog (id 0: the agent answers it only when it sent
+        nothing for a while, so a quiet session still says it lives; the answer is not delivered)."""
         ping = encode({"id": 0, "op": "ping", "args": {}})
         with contextlib.suppress(Exception):
             while True:
