@@ -100,3 +100,29 @@ async def test_an_open_while_the_screen_is_still_being_built_shows_the_instance_
         assert screen is app._instance_screen and screen.instance_name == names[-1]
         assert screen.query_one(ProcessPanel).instance_name == names[-1]
         await wait_until(pilot, lambda: screen_text(app).lstrip().startswith(names[-1]), what="the header's name")
+
+
+async def test_a_theme_changed_while_the_screen_was_away_shows_on_it(tmp_path: Path) -> None:
+    """Shown again, the screen skips Textual's restyle of its nodes unless the CSS changed since; a theme
+    picked on the grid is such a change: the next open shows the new colours."""
+    app = make_app(tmp_path, gpus=2)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="three live agents")
+        screen = await open_screen(pilot, app)
+        header = screen.query_one("#inst-header")
+        dark = (screen.styles.background, header.styles.color, header.styles.background)
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.screen is not screen, what="back on the grid")
+        await pilot.press("t")
+        assert app.theme == "light"
+        await pilot.pause(0.3)
+        assert await open_screen(pilot, app) is screen
+        light = (screen.styles.background, header.styles.color, header.styles.background)
+        assert light != dark, "the light theme's colours on the instance screen"
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.screen is not screen, what="back on the grid")
+        await pilot.press("t", "t")  # high-contrast, then dark again
+        assert app.theme == "dark"
+        await pilot.pause(0.3)
+        await open_screen(pilot, app)
+        assert (screen.styles.background, header.styles.color, header.styles.background) == dark

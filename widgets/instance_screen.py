@@ -8,6 +8,7 @@ import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import ScrollableContainer, VerticalScroll
@@ -199,6 +200,7 @@ class InstanceScreen(Screen):
         self.demo = demo
         self.read_only = read_only
         self._log_serial = 0  # log pane ids are never reused: a removed pane may still be leaving the DOM
+        self._styled_at: Optional[int] = None  # the app's CSS update count its nodes were styled with
         self.show_instance(name, tab)  # not mounted yet: sets the per-instance fields compose reads
 
     @property
@@ -228,10 +230,21 @@ class InstanceScreen(Screen):
     def on_screen_suspend(self) -> None:
         release_dead_line_caches()  # the lines of log views show_instance removed (widgets/styles_cache.py)
 
+    def _on_screen_resume(self, event: events.ScreenResume) -> None:
+        """Runs before Textual's own handler, which restyles every node of a screen shown (~30-50 ms for
+        this one's): shown again with the CSS its nodes were styled with (no theme or CSS change since, by
+        the app's count of them), it needs no restyle; its own class changes restyle their nodes anyway."""
+        count = self.app._css_update_count
+        if self._styled_at == count:
+            event.refresh_styles = False
+        self._styled_at = count
+
     def on_mount(self) -> None:
+        self._styled_at = self.app._css_update_count  # styled as it mounted
         inst = self.inst
         if inst is not None:
-            self._update(inst, force=True)
+            with contextlib.suppress(NoMatches):  # built in the background as the app quits: pruned already
+                self._update(inst, force=True)
 
     # -- another instance on the same screen ----------------------------------------------------------
     def show_instance(self, name: str, tab: str = "tab-gpus") -> None:
