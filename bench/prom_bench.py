@@ -137,11 +137,10 @@ async def drive_tui(fleet_path: Path, hosts: int, interval: float, others: dict[
                     size: tuple[int, int] = (200, 60)) -> dict[str, Any]:
     """The console on ``fleet_path`` (one Prometheus source), measured as scale.py's ``drive_console`` does;
     ``others``: name -> pid of the processes whose CPU over the steady window is reported beside it."""
-    from bench.scale import gpus_in, key_latency
+    from bench.scale import cpu_pct, gpus_in, grid_key_figures, visit_figures
     from console.app import FleetApp
     from console.controller import FleetController
     from console.inventory import load_fleet
-    from widgets.instance_screen import InstanceScreen
 
     out: dict[str, Any] = {"hosts": hosts, "interval_s": interval}
     fleet = load_fleet(fleet_path)
@@ -172,37 +171,17 @@ async def drive_tui(fleet_path: Path, hosts: int, interval: float, others: dict[
         wall = time.monotonic() - w0
         c1 = me.cpu_times()
         k1 = [w.cpu_times() for w in workers]
-        ui = 100 * (c1.user + c1.system - c0.user - c0.system) / wall
-        linked = sum(100 * (b.user + b.system - a.user - a.system) / wall for a, b in zip(k0, k1, strict=True))
+        ui = cpu_pct(c0, c1, wall)
+        linked = sum(cpu_pct(a, b, wall) for a, b in zip(k0, k1, strict=True))
         out["steady_s"] = round(wall, 1)
         out["steady_polls"] = (source.polls - polls0) if source is not None else None
         out["console_cpu_pct"] = round(ui + linked, 1)
         out["workers_cpu_pct"] = round(linked, 1) if workers else None
         for name, p in procs.items():
-            a, b = o0[name], p.cpu_times()
-            out[f"{name}_cpu_pct"] = round(max(0.0, 100 * (b.user + b.system - a.user - a.system) / wall), 1)
+            out[f"{name}_cpu_pct"] = round(max(0.0, cpu_pct(o0[name], p.cpu_times(), wall)), 1)
         out["source_status"] = f"{source.status} {source.detail}".strip() if source is not None else "no source"
-        grid = app.grid
-        lat: list[float] = []
-        misses = 0
-        while len(lat) + misses < presses:
-            before = grid.cursor_name
-            t = await key_latency(app, "down", lambda b=before: grid.cursor_name != b, timeout=key_timeout)
-            if t is None:  # the last row, or no answer within key_timeout: back to the top
-                misses += 1
-                await key_latency(app, "home", lambda b=before: grid.cursor_name != b, timeout=key_timeout)
-            else:
-                lat.append(t)
-            await asyncio.sleep(0.15)
-        out["key_n"], out["key_misses"] = len(lat), misses
-        out["key_p50_ms"] = round(1000 * statistics.median(lat), 1) if lat else None
-        out["key_max_ms"] = round(1000 * max(lat), 1) if lat else None
-        main = app.screen
-        t = await key_latency(app, "enter", lambda: isinstance(app.screen, InstanceScreen))
-        out["open_ms"] = round(1000 * t, 1) if t is not None else None
-        await asyncio.sleep(1.0)
-        t = await key_latency(app, "escape", lambda: app.screen is main)
-        out["back_ms"] = round(1000 * t, 1) if t is not None else None
+        out.update(await grid_key_figures(app, presses, key_timeout))
+        out.update(await visit_figures(app, 1, key_timeout))
         out["rss_mb"] = round(me.memory_info().rss / 2**20)
     await controller.stop()  # as scale.py: the app stops it on unmount too
     return out
@@ -229,18 +208,8 @@ TUI_LINES = [
 ]
 
 
-def print_tui_lines(r: dict[str, Any]) -> None:
-    """One line per figure, as bench/scale.py's ``print_lines``."""
-    for key, label, unit in TUI_LINES:
-        value = r.get(key)
-        if value is None and key == "workers_cpu_pct":
-            continue  # no link workers: no SSH instance
-        text = "no answer" if value is None else f"{value} {unit}".rstrip()
-        print(f"hosts={r['hosts']:<5} {label.format(**r):<48} {text}", flush=True)
-
-
 def tui_main(args: argparse.Namespace) -> int:
-    from bench.scale import console_env
+    from bench.scale import console_env, print_lines
 
     console_env()  # no ssh-agent, no ~/.ssh/config, own state dir
     home = Path(os.environ["HOME"])  # console_env's temp home: removed at the end
@@ -262,7 +231,7 @@ def tui_main(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(r), flush=True)
         else:
-            print_tui_lines(r)
+            print_lines(r, TUI_LINES, optional=("workers_cpu_pct",))  # no link workers: no SSH instance
     finally:
         if proc is not None:
             stop(proc)

@@ -502,6 +502,56 @@ async def settle_detail(app: Any, hosts: int, timeout: float) -> int:
     return summary
 
 
+def cpu_pct(before: Any, after: Any, wall: float) -> float:
+    """% of one core between two ``psutil`` ``cpu_times()`` taken ``wall`` seconds apart."""
+    return 100 * (after.user + after.system - before.user - before.system) / wall
+
+
+async def grid_key_figures(app: Any, presses: int, key_timeout: float) -> dict[str, Any]:
+    """Down-arrow latency on the grid over ``presses`` presses (back to the top from the last row)."""
+    grid = app.grid
+    lat: list[float] = []
+    misses = 0
+    while len(lat) + misses < presses:
+        before = grid.cursor_name
+        t = await key_latency(app, "down", lambda b=before: grid.cursor_name != b, timeout=key_timeout)
+        if t is None:  # the last row (a small fleet), or no answer within key_timeout: back to the top
+            misses += 1
+            await key_latency(app, "home", lambda b=before: grid.cursor_name != b, timeout=key_timeout)
+        else:
+            lat.append(t)
+        await asyncio.sleep(0.15)
+    return {"key_n": len(lat), "key_misses": misses,
+            "key_p50_ms": round(1000 * statistics.median(lat), 1) if lat else None,
+            "key_max_ms": round(1000 * max(lat), 1) if lat else None}
+
+
+async def visit_figures(app: Any, visits: int, key_timeout: float) -> dict[str, Any]:
+    """Open an instance and go back, ``visits`` times on the next instances: ``open_ms`` / ``back_ms`` (the
+    first of the session), ``*_p50_ms`` (the others), ``*_max_ms`` (all; None when one got no answer)."""
+    from widgets.instance_screen import InstanceScreen
+
+    grid, main = app.grid, app.screen
+    opens: list[float | None] = []
+    backs: list[float | None] = []
+    for visit in range(visits):
+        if visit:
+            before = grid.cursor_name
+            await key_latency(app, "down", lambda b=before: grid.cursor_name != b, timeout=key_timeout)
+            await asyncio.sleep(0.5)
+        opens.append(await key_latency(app, "enter", lambda: isinstance(app.screen, InstanceScreen)))
+        await asyncio.sleep(1.0)
+        backs.append(await key_latency(app, "escape", lambda: app.screen is main))
+        await asyncio.sleep(0.5)
+    out: dict[str, Any] = {}
+    for what, took in (("open", opens), ("back", backs)):
+        ms = [round(1000 * t, 1) for t in took if t is not None]
+        out[f"{what}_ms"] = ms[0] if took[0] is not None else None
+        out[f"{what}_p50_ms"] = round(statistics.median(ms[1:]), 1) if len(ms) > 1 else None
+        out[f"{what}_max_ms"] = max(ms) if len(ms) == len(took) else None
+    return out
+
+
 async def drive_console(fleet_path: Path, hosts: int, replay_pid: int | None, *, steady: float = 10.0,
                         presses: int = 30, all_timeout: float = 300.0, key_timeout: float = 3.0,
                         size: tuple[int, int] = (200, 60), detail: bool = True, visits: int = 6) -> dict[str, Any]:
@@ -511,7 +561,6 @@ async def drive_console(fleet_path: Path, hosts: int, replay_pid: int | None, *,
     from console.app import FleetApp
     from console.controller import FleetController
     from console.inventory import load_fleet
-    from widgets.instance_screen import InstanceScreen
 
     out: dict[str, Any] = {"hosts": hosts}
     fleet = load_fleet(fleet_path)
@@ -539,46 +588,16 @@ async def drive_console(fleet_path: Path, hosts: int, replay_pid: int | None, *,
         wall = time.monotonic() - w0
         c1 = me.cpu_times()
         k1 = [w.cpu_times() for w in workers]
-        ui = 100 * (c1.user + c1.system - c0.user - c0.system) / wall
-        linked = sum(100 * (b.user + b.system - a.user - a.system) / wall for a, b in zip(k0, k1, strict=True))
+        ui = cpu_pct(c0, c1, wall)
+        linked = sum(cpu_pct(a, b, wall) for a, b in zip(k0, k1, strict=True))
         out["ui_cpu_pct"] = round(ui, 1)
         out["workers_cpu_pct"] = round(linked, 1) if workers else None
         out["console_cpu_pct"] = round(ui + linked, 1)
         if replay is not None and r0 is not None:
             r1 = replay.cpu_times()
-            out["replay_cpu_pct"] = round(100 * (r1.user + r1.system - r0.user - r0.system) / wall, 1)
-        grid = app.grid
-        lat: list[float] = []
-        misses = 0
-        while len(lat) + misses < presses:
-            before = grid.cursor_name
-            t = await key_latency(app, "down", lambda b=before: grid.cursor_name != b, timeout=key_timeout)
-            if t is None:  # the last row (a small fleet), or no answer within key_timeout: back to the top
-                misses += 1
-                await key_latency(app, "home", lambda b=before: grid.cursor_name != b, timeout=key_timeout)
-            else:
-                lat.append(t)
-            await asyncio.sleep(0.15)
-        out["key_n"], out["key_misses"] = len(lat), misses
-        out["key_p50_ms"] = round(1000 * statistics.median(lat), 1) if lat else None
-        out["key_max_ms"] = round(1000 * max(lat), 1) if lat else None
-        main = app.screen
-        opens: list[float | None] = []
-        backs: list[float | None] = []
-        for visit in range(visits):  # the first open of a session, then the next instances'
-            if visit:
-                before = grid.cursor_name
-                await key_latency(app, "down", lambda b=before: grid.cursor_name != b, timeout=key_timeout)
-                await asyncio.sleep(0.5)
-            opens.append(await key_latency(app, "enter", lambda: isinstance(app.screen, InstanceScreen)))
-            await asyncio.sleep(1.0)
-            backs.append(await key_latency(app, "escape", lambda: app.screen is main))
-            await asyncio.sleep(0.5)
-        for what, took in (("open", opens), ("back", backs)):
-            ms = [round(1000 * t, 1) for t in took if t is not None]
-            out[f"{what}_ms"] = ms[0] if took[0] is not None else None
-            out[f"{what}_p50_ms"] = round(statistics.median(ms[1:]), 1) if len(ms) > 1 else None
-            out[f"{what}_max_ms"] = max(ms) if len(ms) == len(took) else None  # a visit with no answer: none
+            out["replay_cpu_pct"] = round(cpu_pct(r0, r1, wall), 1)
+        out.update(await grid_key_figures(app, presses, key_timeout))
+        out.update(await visit_figures(app, visits, key_timeout))
         out["rss_mb"] = round(me.memory_info().rss / 2**20)
         out["workers_rss_mb"] = round(sum(w.memory_info().rss for w in workers) / 2**20) if workers else None
     await controller.stop()  # the app stops it on unmount too; stopping it under a live app races its paint timer
@@ -620,9 +639,13 @@ LINES = [
 ]
 
 
-def print_lines(r: dict[str, Any]) -> None:
-    for key, label, unit in LINES:
+def print_lines(r: dict[str, Any], lines: list[tuple[str, str, str]] = LINES,
+                optional: tuple[str, ...] = ()) -> None:
+    """One line per figure of ``lines``; the ``optional`` ones left out when absent."""
+    for key, label, unit in lines:
         value = r.get(key)
+        if value is None and key in optional:
+            continue
         text = "no answer" if value is None else f"{value} {unit}".rstrip()
         print(f"hosts={r['hosts']:<5} {label.format(**r):<48} {text}", flush=True)
 
