@@ -46,6 +46,7 @@ FRAME_INTERVAL = 0.25  # seconds between repaints (4 Hz)
 TICK_INTERVAL = 1.0  # seconds between re-derivations of time-based states (stale, idle)
 DETAIL_INTERVAL = 0.5  # seconds between looks at what is in view (console/detail.py)
 WARM_AFTER = 1.0  # seconds after start: the instance screen is built in the background (before gc.freeze)
+SHUTDOWN_WAIT = 2.0  # seconds a quit waits for that background build to finish mounting
 DEMO_BANNER = "DEMO fleet — simulated GPUs"
 MAX_NOTIFY_EVENTS = 3  # instances named in one "got worse" toast, then "+N more"
 SMALL_SCREEN_ROWS = 40  # below this many rows toasts are one line each, at most SMALL_SCREEN_TOASTS at once
@@ -727,6 +728,16 @@ class FleetApp(App):
 
     async def on_unmount(self) -> None:
         await self.stop_controller()
+
+    async def _shutdown(self) -> None:
+        """A quit while the instance screen is being built in the background (``warm_instance_screen``) first
+        lets it finish mounting: Textual closes an installed screen's nodes one by one, and a Tabs widget whose
+        Mount comes after its tabs were closed raises "No Tab with id" and turns the quit into a traceback."""
+        screen = self._instance_screen
+        deadline = time.monotonic() + SHUTDOWN_WAIT
+        while screen is not None and screen.is_running and not screen.is_mounted and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        await super()._shutdown()
 
     # -- screenshots ---------------------------------------------------------------------------------
     def deliver_screenshot(
