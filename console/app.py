@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import os
 import time
 from collections import deque
@@ -26,6 +25,7 @@ from textual.widgets import Input, Static
 
 from console.actions import ActionError, ReadOnlyError
 from console.detail import DetailTracker, table_on_screen
+from console.idle_gc import IdleCollector
 from console.status import BADGES, TABLE, THEME_DEFAULTS
 from console.text_safety import clean
 from themes import DEFAULT_THEME, TCSS_PATH, THEMES, next_theme, picked_theme, remember_theme, saved_theme
@@ -46,6 +46,7 @@ FRAME_INTERVAL = 0.25  # seconds between repaints (4 Hz)
 TICK_INTERVAL = 1.0  # seconds between re-derivations of time-based states (stale, idle)
 DETAIL_INTERVAL = 0.5  # seconds between looks at what is in view (console/detail.py)
 WARM_AFTER = 1.0  # seconds after start: the instance screen is built in the background (before gc.freeze)
+FREEZE_AFTER = 2.0  # seconds after start: what is alive then is moved out of the collector's way (gc.freeze)
 SHUTDOWN_WAIT = 2.0  # seconds a quit waits for that background build to finish mounting
 DEMO_BANNER = "DEMO fleet — simulated GPUs"
 MAX_NOTIFY_EVENTS = 3  # instances named in one "got worse" toast, then "+N more"
@@ -133,6 +134,7 @@ class FleetApp(App):
         self.detail = DetailTracker(self.state, send_detail) if callable(send_detail) else None
         self._header_key: Any = None
         self._stopped = False
+        self.idle_gc = IdleCollector()  # full collections between keys (console/idle_gc.py)
         self.frames_painted = 0
         self.notices: deque = deque(maxlen=100)  # (severity, title, message): what notify() said
         self.session_events: deque = deque(maxlen=500)  # (ts, instance, text): this session's timeline entries
@@ -194,10 +196,13 @@ class FleetApp(App):
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         self.set_interval(FRAME_INTERVAL, self.paint_frame)
         self.set_interval(DETAIL_INTERVAL, self.update_detail)
-        # Once the screens are built, move the long-lived objects out of the collector's way: full
-        # collections then scan only what came later (measured: 70+ ms gen-2 pauses otherwise).
         self.set_timer(WARM_AFTER, self.warm_instance_screen)
-        self.set_timer(2.0, gc.freeze)
+        # Once the screens are built, move the long-lived objects out of the collector's way (full collections
+        # then scan only what came later: 70+ ms pauses otherwise), and run full collections in the operator's
+        # pauses rather than inside the key that tipped the counter (console/idle_gc.py).
+        self.set_timer(FREEZE_AFTER, self.idle_gc.freeze)
+        self.idle_gc.install()
+        self.set_interval(1.0, self.idle_gc.tick)
         # dialogs, toasts and recomposed panes leave their rendered lines in Textual's cache otherwise
         self.set_interval(60.0, release_dead_line_caches)
         self.paint_frame()
@@ -727,7 +732,13 @@ class FleetApp(App):
             await self.controller.stop()
 
     async def on_unmount(self) -> None:
+        self.idle_gc.uninstall()
         await self.stop_controller()
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.InputEvent):  # keys and the mouse: not the moment for a full collection
+            self.idle_gc.saw_input()
+        await super().on_event(event)
 
     async def _shutdown(self) -> None:
         """A quit while the instance screen is being built in the background (``warm_instance_screen``) first
