@@ -242,7 +242,7 @@ async def run(seconds: float, size: tuple, instances: int, gpus: int, view: str 
         proc = psutil.Process()
         cpu0, wall0 = time.process_time(), time.perf_counter()
         views = (lambda: grid.paints) if table is None else (lambda: table.paints)
-        paints0, frames0, details0 = views(), app.frames_painted, detail.renders
+        paints0, frames0, details0, lines0 = views(), app.frames_painted, detail.renders, grid.lines_refreshed
         profiler = None
         if profile:
             import cProfile
@@ -264,6 +264,7 @@ async def run(seconds: float, size: tuple, instances: int, gpus: int, view: str 
         else:
             visible = min(len(table.visible_names), table.size.height - 1)
         details = detail.renders - details0 if detail.display else None
+        lines_refreshed = grid.lines_refreshed - lines0
     return {
         "size": "%dx%d" % size,
         "view": view if view == "grid" else "table sorted on %s" % sort,
@@ -290,6 +291,7 @@ async def run(seconds: float, size: tuple, instances: int, gpus: int, view: str 
         },
         "rss_mb": round(rss / 2**20, 1),
         "pane_renders" if table is None else "row_renders": paints,
+        "grid_lines_refreshed": lines_refreshed if table is None else None,  # only the lines that looked different
         "ui_frames": ticks,
         "panes_on_screen_approx" if table is None else "rows_on_screen": visible,
         "detail_pane_renders": details,  # None: the terminal is under 160 columns (no detail pane)

@@ -17,6 +17,7 @@ import os
 import time
 from typing import Any, List, Optional, Tuple
 
+from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -212,9 +213,15 @@ class DetailPane(Widget):
         else:
             retry_at = getattr(self.app, "retry_at", lambda name: None)(inst.name)
             lines = detail_lines(inst, pal, width, height, now, retry_at)
-        self._strips = [Strip(line.segments(pal.base)).adjust_cell_length(width, pal.base) for line in lines]
+        strips = [Strip(line.segments(pal.base)).adjust_cell_length(width, pal.base) for line in lines]
+        old, self._strips = self._strips, strips
         self.renders += 1
-        self.refresh()
+        rows = [y for y in range(max(len(old), len(strips)))
+                if y >= len(old) or y >= len(strips) or old[y] != strips[y]]
+        if len(rows) == len(strips):
+            self.refresh()
+        elif rows:  # only what looks different: a GPU's figures, a log line's age (Textual composes dirty lines)
+            self.refresh(*(Region(0, y, width, 1) for y in rows))
 
     def render_line(self, y: int) -> Strip:
         width = self.content_size.width

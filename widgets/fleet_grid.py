@@ -88,6 +88,7 @@ class FleetGrid(ScrollView, can_focus=True):
         self._kept: Set[str] = set()  # shown under the current filter: selected ones stay while it is unchanged
         self.on_pane_rendered: Optional[Callable[[str, float], None]] = None  # bench hook
         self.paints = 0
+        self.lines_refreshed = 0  # pane lines refreshed because their instance changed (tests, ui_bench)
         self.fleet_file = ""  # shown in the empty fleet's hint (the app sets it)
         self.retry_at: Callable[[str], Optional[float]] = lambda name: None  # when a failing link tries again
         self._cols: pane.Columns = (0, 0, 0)  # compact rows' column widths (name, badge, GPU model)
@@ -202,6 +203,7 @@ class FleetGrid(ScrollView, can_focus=True):
         # Visible panes are repainted at most PANE_BUDGET per frame (a burst, e.g. every agent sampling
         # in phase, is spread over the next frames); panes out of view just take the new version.
         budget = PANE_BUDGET
+        changed: List[Region] = []
         for name in [n for n in self._names if n in pending]:
             inst = self.state.instances.get(name)
             if inst is None:
@@ -216,8 +218,11 @@ class FleetGrid(ScrollView, can_focus=True):
             budget -= 1
             self._shown[name] = inst.version
             pending.discard(name)
-            self._refresh_pane(name)
+            changed.extend(self._changed_lines(name))
         pending.intersection_update(self._pos)
+        if changed:
+            self.lines_refreshed += sum(region.height for region in changed)
+            self.refresh(*changed)
 
     def _is_visible(self, name: str) -> bool:
         pos = self._pos.get(name)
@@ -236,6 +241,7 @@ class FleetGrid(ScrollView, can_focus=True):
         return [name for row in self._row_names[first:last] for name in row]
 
     def _refresh_pane(self, name: str) -> None:
+        """The whole pane (the cursor or the selection moved on or off it)."""
         pos = self._pos.get(name)
         if pos is None:
             return
@@ -244,6 +250,35 @@ class FleetGrid(ScrollView, can_focus=True):
         if top + h <= 0 or top >= self.size.height:
             return  # not visible: painted when scrolled into view
         self.refresh(Region(x, top, w, h))
+
+    def _changed_lines(self, name: str) -> List[Region]:
+        """Re-render a visible pane now and return the regions of its lines that look different: a GPU frame
+        changes the GPU lines, a log frame the last-log line, a procs frame often nothing. Textual composes
+        only dirty lines, so a line that looks the same costs the comparison, not a repaint."""
+        pos = self._pos.get(name)
+        if pos is None:
+            return []
+        x, y, w, h = pos
+        top = y - int(self.scroll_offset.y)
+        if top + h <= 0 or top >= self.size.height:
+            return []  # not visible: painted when scrolled into view
+        cached = self._cache.get(name)
+        new = self._pane_lines(name, h)
+        old = cached[1] if cached is not None else None
+        if old is None or len(old) != len(new):
+            return [Region(x, top, w, h)]
+        regions: List[Region] = []
+        start = -1
+        for i, (before, after) in enumerate(zip(old, new, strict=True)):
+            same = before is after or before == after
+            if not same and start < 0:
+                start = i
+            elif same and start >= 0:
+                regions.append(Region(x, top + start, w, i - start))
+                start = -1
+        if start >= 0:
+            regions.append(Region(x, top + start, w, len(new) - start))
+        return regions
 
     # -- painting ------------------------------------------------------------------------------------
     def hint_lines(self) -> List[str]:

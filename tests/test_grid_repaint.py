@@ -1,0 +1,88 @@
+"""Line-level repaints: when an instance changes, the grid and the detail pane refresh only the lines that look
+different, and the screen (Textual's compositor output) shows every change. The app runs on the real
+controller with local agents (simulated GPUs); the agents are then paused with SIGSTOP (real processes, the
+links stay up), so the only changes are the frames this test applies, in the agent's own frame format."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.test_app import all_live, make_app, screen_text, wait_until
+from widgets.detail_pane import DetailPane
+from widgets.fleet_grid import FleetGrid
+
+
+@pytest.fixture(autouse=True)
+def config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "config"
+    monkeypatch.setenv("FLEET_CONSOLE_CONFIG_DIR", str(path))
+    return path
+
+
+def pane_rows(app, grid: FleetGrid, name: str) -> list[str]:
+    """What the screen shows of ``name``'s pane, a line each."""
+    x, y, w, h = grid._pos[name]
+    left, top = grid.content_region.x + x, grid.content_region.y + y - int(grid.scroll_offset.y)
+    lines = screen_text(app).splitlines()
+    return [lines[top + i][left:left + w] for i in range(h)]
+
+
+async def test_a_changed_figure_repaints_only_its_line_and_the_screen_shows_it(tmp_path: Path) -> None:
+    app = make_app(tmp_path, gpus=4)
+    async with app.run_test(size=(200, 60)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="three live agents")
+        grid = app.query_one(FleetGrid)
+        detail = app.query_one(DetailPane)
+        pids = [inst.hello["pid"] for inst in app.state.instances.values()]
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            await pilot.pause(1.0)  # what was in flight lands and is painted
+            name = next(n for n in grid.visible_names if n != grid.cursor_name)
+            inst = app.state.instances[name]
+            height = grid._pos[name][3]
+            assert height >= 8  # title, address, 4 GPUs, top process, last log, border
+
+            # a log line: only the pane's last-log line is refreshed
+            path, number = inst.last_log[0], inst.last_log[1]
+            before = grid.lines_refreshed
+            app.state.apply_frame(name, {"type": "log", "ts": time.time(), "path": path, "first_line": number + 1,
+                                         "lines": ["proof 41 done in 12.5 s"], "backlog": False, "event": None},
+                                  time.time())
+            await wait_until(pilot, lambda: any("proof 41 done" in row for row in pane_rows(app, grid, name)),
+                             timeout=5, what="the new log line on screen")
+            assert 1 <= grid.lines_refreshed - before <= 2  # (2: the second ticked over an age on the pane)
+
+            # one GPU's utilisation moves: the GPU lines change (each one's history moves on a sample), the
+            # title, address, process, log and border lines are not refreshed
+            devices = [{k: v for k, v in inst.gpus[i].sample.items() if k != "procs"} for i in sorted(inst.gpus)]
+            devices[2]["util"] = 37 if devices[2].get("util") != 37 else 38
+            want = "%d%%" % devices[2]["util"]
+            rows_before = pane_rows(app, grid, name)
+            before = grid.lines_refreshed
+            app.state.apply_frame(name, {"type": "gpu", "ts": time.time(), "state": "ok", "full": False,
+                                         "devices": devices}, time.time())
+            await wait_until(pilot, lambda: want in [r for r in pane_rows(app, grid, name) if "°" in r][2],
+                             timeout=5, what="the GPU line on screen")
+            rows = pane_rows(app, grid, name)
+            assert [r for r in rows if "°" not in r] == [r for r in rows_before if "°" not in r]
+            assert 4 <= grid.lines_refreshed - before <= 5 < height
+
+            # the detail pane beside the grid: the cursor's instance; a new log line is shown there too
+            shown = detail.name_shown
+            assert shown == grid.cursor_name and shown is not None
+            cur = app.state.instances[shown]
+            path, number = cur.last_log[0], cur.last_log[1]
+            app.state.apply_frame(shown, {"type": "log", "ts": time.time(), "path": path, "first_line": number + 1,
+                                          "lines": ["checkpoint 9 written"], "backlog": False, "event": None},
+                                  time.time())
+            await wait_until(pilot, lambda: "checkpoint 9 written" in screen_text(app)
+                             and "checkpoint 9 written" in detail.text, timeout=5, what="the detail pane's new line")
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
