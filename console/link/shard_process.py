@@ -188,9 +188,20 @@ async def serve() -> None:
             transport.close()
 
 
+def run(main: Any) -> None:
+    """``main`` on uvloop where it is installed (libuv's loop: the worker's transports, timers and callbacks
+    cost ~12 % less CPU at 1000 hosts, bench/scale.py), else on asyncio's own loop; the links are the same."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+    else:
+        uvloop.run(main)
+
+
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in the console's terminal is the console's to handle
-    asyncio.run(serve())
+    run(serve())
 
 
 if __name__ == "__main__":
