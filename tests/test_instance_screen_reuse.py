@@ -72,7 +72,10 @@ async def test_the_screen_is_built_before_the_first_open_and_shows_the_instance_
         warm = app._instance_screen
         built_for = warm.instance_name
         grid = app.grid
+        await wait_until(pilot, lambda: warm._compositor.size == app.size, timeout=5,
+                         what="the screen laid out at the terminal's size, off the stack")
         assert warm not in app.screen_stack and app.screen is app.screen_stack[0], "nothing shown but the grid"
+        assert built_for not in screen_text(app).splitlines()[0], "the grid's header, not the screen's"
         assert grid.has_focus, "the keys still go to the grid"
         for key in ("right", "down", "left"):  # onto an instance the screen was not built for
             if grid.cursor_name != built_for:
@@ -139,3 +142,28 @@ async def test_a_quit_while_the_screen_is_being_built_ends_cleanly(tmp_path: Pat
             app.warm_instance_screen()
             await asyncio.sleep(step * 0.015)
         assert app.return_code in (0, None)  # run_test re-raises what the app died of: reaching here is the test
+
+
+async def test_a_resize_and_a_theme_change_before_the_first_open_show_on_it(tmp_path: Path) -> None:
+    """The screen was laid out and rendered off the stack at the start's size and theme; the first open after
+    a resize and a theme change shows the screen at the new size in the new colours."""
+    app = make_app(tmp_path, gpus=2)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="three live agents")
+        await wait_until(pilot, lambda: app._instance_screen is not None
+                         and app._instance_screen._compositor.size == app.size,
+                         what="the screen laid out in the background")
+        warm = app._instance_screen
+        header = warm.query_one("#inst-header")
+        dark = (warm.styles.background, header.styles.color, header.styles.background)
+        await pilot.resize_terminal(100, 30)
+        await pilot.press("t")
+        assert app.theme == "light"
+        await pilot.pause(0.3)
+        screen = await open_screen(pilot, app)
+        assert screen is warm and screen._compositor.size == app.size == (100, 30)
+        assert (screen.styles.background, header.styles.color, header.styles.background) != dark
+        target = screen.instance_name
+        await wait_until(pilot, lambda: screen_text(app).lstrip().startswith(target), what="the header's name")
+        lines = screen_text(app).splitlines()
+        assert len(lines) == 30 and all(len(line) <= 100 for line in lines)
