@@ -3,9 +3,10 @@
 Why one widget: a grid of a hundred ``Sparkline`` + ``DataTable`` panes was measured far too slow
 (design.md, "Rendering cost"). Here each pane is a few strips drawn by ``pane.py`` once per change
 of its instance (cached by the instance's version) and only when visible; the app calls
-``update_from_state(dirty)`` at a bounded frame rate and only the changed, visible panes' regions are
-refreshed. The layout reflows with the widget's size: two-line compact panes in a small terminal (an
-80x24 tmux pane), boxed panes with a line per GPU when there is room.
+``update_from_state(dirty)`` at a bounded frame rate, a changed visible pane is rebuilt at once and only its
+lines that look different are refreshed (Textual composes dirty lines only: a log frame costs one line).
+The layout reflows with the widget's size: two-line compact panes in a small terminal (an 80x24 tmux pane),
+boxed panes with a line per GPU when there is room.
 """
 
 from __future__ import annotations
