@@ -33,6 +33,7 @@ COMPACT_MIN_W = 56  # compact pane: two lines, at least this wide
 FULL_MIN_W = 50  # boxed pane
 FULL_MIN_HEIGHT = 36  # below this many rows the grid goes compact
 PANE_BUDGET = 6  # visible panes re-rendered per frame at most
+AGES = 7  # where the pane cache's key holds the second (text that ages) and, next, the retry time
 ORDER_HOLD = 2.0  # seconds the order holds after a key moves or selects, so panes do not jump under the cursor
 
 
@@ -264,7 +265,7 @@ class FleetGrid(ScrollView, can_focus=True):
         if top + h <= 0 or top >= self.size.height:
             return []  # not visible: painted when scrolled into view
         cached = self._cache.get(name)
-        new = self._pane_lines(name, h)
+        new = self._pane_lines(name, h, fresh=True)
         old = cached[1] if cached is not None else None
         if old is None or len(old) != len(new):
             return [Region(x, top, w, h)]
@@ -325,7 +326,11 @@ class FleetGrid(ScrollView, can_focus=True):
         strip = Strip.join(strips)
         return strip.adjust_cell_length(width, base)
 
-    def _pane_lines(self, name: str, row_h: int) -> List[Strip]:
+    def _pane_lines(self, name: str, row_h: int, fresh: bool = False) -> List[Strip]:
+        """The pane's strips, cached by what they show. Text that ages (the second, a retry's countdown) is
+        brought up to date only when ``fresh`` (``_changed_lines``, which refreshes each line that changed):
+        painting one line of a row must not rebuild a neighbour's pane, whose other lines would then stay
+        unrefreshed while its cache says they are current."""
         inst = self.state.instances.get(name)
         if inst is None:
             return [Strip.blank(self.pane_w, self.rich_style)] * row_h
@@ -347,7 +352,8 @@ class FleetGrid(ScrollView, can_focus=True):
             self._cols if self.compact else None,
         )
         cached = self._cache.get(name)
-        if cached is not None and cached[0] == key:
+        if cached is not None and (cached[0] == key or (not fresh and cached[0][:AGES] == key[:AGES]
+                                   and cached[0][AGES + 2:] == key[AGES + 2:])):
             return cached[1]
         strips = pane.pane_strips(
             inst,
