@@ -277,7 +277,7 @@ class FleetApp(App):
         text.append(" fleet-console ", "bold reverse")
         if self.demo:
             text.append(" %s " % DEMO_BANNER, "bold reverse")
-        elif any(inst.simulated for inst in self.state.instances.values()):
+        elif totals["simulated"]:
             text.append(" simulated GPUs ", "bold reverse")  # (said here once, not on every row)
         if self.read_only:
             text.append(" READ-ONLY ", "bold reverse")

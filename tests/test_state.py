@@ -125,6 +125,58 @@ def test_the_header_totals_follow_every_change_after_they_were_read() -> None:
     assert state.totals() == t, "read again without a change: the same"
 
 
+def test_the_header_totals_stay_exact_through_a_random_fleet_life() -> None:
+    """The running sums against a count from scratch after every step of a random mix of frames, link changes,
+    the clock passing (stale), hosts added and hosts a reload took out (popped from the state, as
+    fleet_watch.apply does)."""
+    import random
+
+    from console.state import BUSY_UTIL
+
+    def recount(state: FleetState) -> dict:
+        out = {"instances": len(state.instances), "gpus": 0, "busy": 0, "lost": 0, "simulated": 0}
+        for inst in state.instances.values():
+            out[inst.status] = out.get(inst.status, 0) + 1
+            out["gpus"] += len(inst.gpus)
+            out["lost"] += sum(1 for g in inst.gpus.values() if g.lost or g.missing)
+            out["busy"] += sum(1 for g in inst.gpus.values()
+                               if not (g.lost or g.missing) and (g.util or 0) >= BUSY_UTIL)
+            out["simulated"] += inst.simulated
+        out["idle"] = out["gpus"] - out["busy"] - out["lost"]
+        return out
+
+    rng = random.Random(7)
+    names = ["h%d" % i for i in range(12)]
+    state, clock = make_state(*names[:8])
+    for step in range(600):
+        name = rng.choice(names)
+        roll = rng.random()
+        if name not in state.instances:
+            if roll < 0.3:
+                state.add_instance(Instance(name=name, host="10.0.0.2"))
+        elif roll < 0.45:
+            connect(state, name)
+        elif roll < 0.75:
+            n = rng.randint(1, 4)
+            state.apply_frame(name, gpu_frame([rng.choice((0, 3, 50, 100)) for _ in range(n)],
+                                              full=rng.random() < 0.3, lost=(0,) if rng.random() < 0.1 else ()))
+        elif roll < 0.85:
+            state.set_link_status(name, rng.choice(("unreachable", "connecting", "connected")), "x")
+        elif roll < 0.93:
+            clock.now += rng.choice((1, 20, 120))
+            state.tick()
+        elif roll < 0.97:
+            state.apply_frame(name, {"type": "hello", "ts": 0, "v": 1, "features": {"gpu": "ok",
+                                                                                      "simulated_gpu": True}})
+        else:
+            state.instances.pop(name)  # a reload took it out
+        if step % 3 == 0:
+            got = state.totals()
+            want = recount(state)
+            assert {k: got.get(k, 0) for k in want} == want, "step %d" % step
+            assert all(got[k] == 0 for k in got if k not in want and k != "failing")
+
+
 def test_history_and_log_rings_stay_bounded() -> None:
     state, _ = make_state("a")
     connect(state, "a")
