@@ -421,7 +421,7 @@ class FleetState:
         self._events: Deque[Tuple[str, str, str, str]] = deque(maxlen=MAX_EVENTS)
         self.order_version = 0  # bumped when statuses (hence the ordering) change
         self.frames = 0
-        self._counted: Dict[str, Tuple[str, int, int, int, int]] = {}  # totals(): name -> its counts
+        self._counted: Dict[str, Tuple[str, int, int, int, int]] = {}  # totals(): status, gpus, busy, lost, sim
         self._recount: Set[str] = set()  # totals(): instances changed since it last counted
         self._sums: Dict[str, int] = dict.fromkeys(("gpus", "busy", "lost", "simulated", *STATUSES), 0)
 
@@ -598,26 +598,29 @@ class FleetState:
         return out
 
     def _count(self, name: str, inst: Optional[InstanceState]) -> None:
-        """Take ``name``'s last counts out of the running sums and, while it is in the state, its new ones in."""
-        sums = self._sums
-        old = self._counted.pop(name, None)
-        if old is not None:
-            status, gpus, busy, lost, simulated = old
-            sums[status] -= 1
-            sums["gpus"] -= gpus
-            sums["busy"] -= busy
-            sums["lost"] -= lost
-            sums["simulated"] -= simulated
-        if inst is None or self.instances.get(name) is not inst:
+        """Take ``name``'s last counts out of the running sums and, while it is in the state, its new ones in
+        (nothing to do when they did not change: the common case, a GPU's figures moving within busy/idle)."""
+        counted, sums = self._counted, self._sums
+        rec = None
+        if inst is not None and self.instances.get(name) is inst:
+            rec = (inst.status, *_gpu_counts(inst), int(inst.simulated))
+        old = counted.get(name)
+        if old == rec:
             return
-        gpus, busy, lost = _gpu_counts(inst)
-        simulated = int(inst.simulated)
-        self._counted[name] = (inst.status, gpus, busy, lost, simulated)
-        sums[inst.status] += 1
-        sums["gpus"] += gpus
-        sums["busy"] += busy
-        sums["lost"] += lost
-        sums["simulated"] += simulated
+        if old is not None:
+            sums[old[0]] -= 1
+            sums["gpus"] -= old[1]
+            sums["busy"] -= old[2]
+            sums["lost"] -= old[3]
+            sums["simulated"] -= old[4]
+            del counted[name]
+        if rec is not None:
+            counted[name] = rec
+            sums[rec[0]] += 1
+            sums["gpus"] += rec[1]
+            sums["busy"] += rec[2]
+            sums["lost"] += rec[3]
+            sums["simulated"] += rec[4]
 
 
 def _gpu_counts(inst: InstanceState) -> Tuple[int, int, int]:
