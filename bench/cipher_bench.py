@@ -33,6 +33,7 @@ if "--root" in sys.argv[1:-1]:  # before any import of console: the checkout to 
     sys.path.insert(0, str(Path(sys.argv[sys.argv.index("--root") + 1]).resolve()))
 sys.path.insert(1 if "--root" in sys.argv[1:-1] else 0, str(ROOT))
 
+import console  # noqa: E402,F401,I001  (first: its filter keeps asyncssh's import quiet on recent cryptography)
 import asyncssh  # noqa: E402
 
 from tests.sshd import Sshd  # noqa: E402

@@ -53,6 +53,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import console  # noqa: E402,F401  (first: its filter keeps asyncssh's import quiet on recent cryptography)
+
 GPUS = 8
 TICK = 0.05  # seconds between the replay host's writes
 LOOP_GAP = 1.0  # seconds between the recording's last frame and its next pass
