@@ -601,9 +601,7 @@ class FleetState:
         """Take ``name``'s last counts out of the running sums and, while it is in the state, its new ones in
         (nothing to do when they did not change: the common case, a GPU's figures moving within busy/idle)."""
         counted, sums = self._counted, self._sums
-        rec = None
-        if inst is not None and self.instances.get(name) is inst:
-            rec = (inst.status, *_gpu_counts(inst), int(inst.simulated))
+        rec = None if inst is None else (inst.status, *_gpu_counts(inst), int(inst.simulated))
         old = counted.get(name)
         if old == rec:
             return

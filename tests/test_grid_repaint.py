@@ -15,6 +15,7 @@ import pytest
 from tests.test_app import all_live, make_app, screen_text, wait_until
 from widgets.detail_pane import DetailPane
 from widgets.fleet_grid import FleetGrid
+from widgets.render import changed_runs
 
 
 @pytest.fixture(autouse=True)
@@ -86,3 +87,10 @@ async def test_a_changed_figure_repaints_only_its_line_and_the_screen_shows_it(t
         finally:
             for pid in pids:
                 os.kill(pid, signal.SIGCONT)
+
+
+def test_changed_runs_name_each_run_of_lines_that_differ() -> None:
+    assert changed_runs(list("abcdef"), list("abcdef")) == []
+    assert changed_runs(list("abcdef"), list("aXcYZf")) == [(1, 1), (3, 2)]
+    assert changed_runs(list("abc"), list("abcde")) == [(3, 2)]  # lines only the new render has
+    assert changed_runs(list("abcde"), list("aX")) == [(1, 4)]  # and lines it no longer has

@@ -28,7 +28,7 @@ from console.text_safety import clean
 
 from .palette import Palette
 from .pane import badge_text, detail_line, gpu_line, gpu_summary, notes, proc_brief
-from .render import Line, operator_text
+from .render import Line, changed_runs, operator_text
 
 FRAME_INTERVAL = 0.25  # the app's repaint rate (console/app.py)
 MIN_COLUMNS = 160  # the terminal width from which the pane is shown
@@ -216,12 +216,11 @@ class DetailPane(Widget):
         strips = [Strip(line.segments(pal.base)).adjust_cell_length(width, pal.base) for line in lines]
         old, self._strips = self._strips, strips
         self.renders += 1
-        rows = [y for y in range(max(len(old), len(strips)))
-                if y >= len(old) or y >= len(strips) or old[y] != strips[y]]
-        if len(rows) == len(strips):
+        runs = changed_runs(old, strips)
+        if sum(count for _, count in runs) == len(strips):
             self.refresh()
-        elif rows:  # only what looks different: a GPU's figures, a log line's age (Textual composes dirty lines)
-            self.refresh(*(Region(0, y, width, 1) for y in rows))
+        elif runs:  # only what looks different: a GPU's figures, a log line's age (Textual composes dirty lines)
+            self.refresh(*(Region(0, y, width, count) for y, count in runs))
 
     def render_line(self, y: int) -> Strip:
         width = self.content_size.width

@@ -28,12 +28,12 @@ from console.status import STALE
 from . import pane
 from .messages import CursorMoved, OpenInstance, SelectionChanged
 from .palette import Palette
+from .render import changed_runs
 
 COMPACT_MIN_W = 56  # compact pane: two lines, at least this wide
 FULL_MIN_W = 50  # boxed pane
 FULL_MIN_HEIGHT = 36  # below this many rows the grid goes compact
 PANE_BUDGET = 6  # visible panes re-rendered per frame at most
-AGES = 7  # where the pane cache's key holds the second (text that ages) and, next, the retry time
 ORDER_HOLD = 2.0  # seconds the order holds after a key moves or selects, so panes do not jump under the cursor
 
 
@@ -269,18 +269,7 @@ class FleetGrid(ScrollView, can_focus=True):
         old = cached[1] if cached is not None else None
         if old is None or len(old) != len(new):
             return [Region(x, top, w, h)]
-        regions: List[Region] = []
-        start = -1
-        for i, (before, after) in enumerate(zip(old, new, strict=True)):
-            same = before is after or before == after
-            if not same and start < 0:
-                start = i
-            elif same and start >= 0:
-                regions.append(Region(x, top + start, w, i - start))
-                start = -1
-        if start >= 0:
-            regions.append(Region(x, top + start, w, len(new) - start))
-        return regions
+        return [Region(x, top + first, w, count) for first, count in changed_runs(old, new)]
 
     # -- painting ------------------------------------------------------------------------------------
     def hint_lines(self) -> List[str]:
@@ -339,7 +328,7 @@ class FleetGrid(ScrollView, can_focus=True):
         shown = self._shown.get(name)
         if shown is None:
             shown = self._shown[name] = inst.version
-        key = (
+        shows = (
             shown,
             self.pane_w,
             row_h,
@@ -347,13 +336,12 @@ class FleetGrid(ScrollView, can_focus=True):
             name == self.cursor_name and self.has_focus,
             name == self.cursor_name,
             name in self.selected,
-            int(now) if inst.status == STALE or pane.ages(inst, now) or retry_at is not None else 0,
-            retry_at,
             self._cols if self.compact else None,
         )
+        ages = (int(now) if inst.status == STALE or pane.ages(inst, now) or retry_at is not None else 0, retry_at)
+        key = (shows, ages)
         cached = self._cache.get(name)
-        if cached is not None and (cached[0] == key or (not fresh and cached[0][:AGES] == key[:AGES]
-                                   and cached[0][AGES + 2:] == key[AGES + 2:])):
+        if cached is not None and (cached[0] == key or (not fresh and cached[0][0] == shows)):
             return cached[1]
         strips = pane.pane_strips(
             inst,

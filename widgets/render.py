@@ -75,6 +75,23 @@ def pct(v: Optional[float]) -> str:
     return "  ?%" if v is None else "%3d%%" % v
 
 
+def changed_runs(old: Sequence[object], new: Sequence[object]) -> List[Tuple[int, int]]:
+    """``(first, count)`` of each run of lines that differ between two renders of a widget (a line only one of
+    them has differs): what a Line-API widget refreshes, since Textual composes dirty lines only."""
+    runs: List[Tuple[int, int]] = []
+    start = -1
+    for i in range(max(len(old), len(new))):
+        same = i < len(old) and i < len(new) and (old[i] is new[i] or old[i] == new[i])
+        if not same and start < 0:
+            start = i
+        elif same and start >= 0:
+            runs.append((start, i - start))
+            start = -1
+    if start >= 0:
+        runs.append((start, max(len(old), len(new)) - start))
+    return runs
+
+
 class Line:
     """A cheap stand-in for ``rich.text.Text`` for one pane line: (text, style) parts, no markup/wrap.
 
