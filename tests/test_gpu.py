@@ -487,3 +487,40 @@ def test_gpu_tab_says_how_processes_were_mapped(nvml_in_process, gpu_dev, real):
     assert "mapped via /dev/nvidia fds" in text
     assert "≈ %d,%d (300" % tuple(sorted([a.pid, b.pid])) in text
     assert "MIG 1g.10gb" in text and "idle" in text
+
+
+def test_summary_sends_what_the_overview_shows(nvml_in_process):
+    """At detail "summary" a busy 8-GPU host whose GPUs jitter one by one sends nothing until its overview moves:
+    a GPU going idle, the mean util, the hottest GPU, the total power, a process starting."""
+    from console.state import BUSY_UTIL, IDLE_UTIL
+
+    assert (gpu_mod.IDLE_UTIL, gpu_mod.BUSY_UTIL) == (IDLE_UTIL, BUSY_UTIL)  # the agent's classes are the console's
+
+    def fleet(utils, temps=None, power_w=None, procs=None):
+        return state([device(i, util=u, temp=(temps or [70] * 8)[i], power_mw=int(1000 * (power_w or [300] * 8)[i]),
+                             processes=(procs or {}).get(i, [])) for i, u in enumerate(utils)])
+
+    busy = [90, 92, 88, 91, 89, 93, 90, 91]
+    nvml_in_process.write(fleet(busy))
+    sampler = GpuSampler(REAL)
+    assert sampler.sample()["full"]
+    sampler.summary = True
+    assert sampler.sample() is None  # nothing moved
+    jitter = [98, 84, 95, 83, 97, 88, 84, 91]  # each GPU moved 6-8 points, the mean under 1
+    nvml_in_process.write(fleet(jitter, temps=[70, 71, 69, 71, 70, 70, 69, 70],
+                                power_w=[320, 280, 318, 283, 315, 290, 300, 295]))
+    assert sampler.sample() is None, "one GPU's jitter is not an overview change"
+
+    def sent(utils, **kw):
+        nvml_in_process.write(fleet(utils, **kw))
+        frame = sampler.sample()
+        return frame is not None and not frame["full"] and [d["util"] for d in frame["devices"]] == utils
+
+    assert sent([98, 84, 95, 83, 97, 88, 84, 4]), "a GPU gone idle changes the header's busy/idle counts"
+    assert sent([70, 60, 75, 63, 70, 66, 64, 4]), "the mean util moved by more than 5 points"
+    assert sent([70, 60, 75, 63, 70, 66, 64, 4], temps=[70, 71, 69, 74, 70, 70, 69, 70]), "the hottest GPU: +3 C"
+    assert sent([70, 60, 75, 63, 70, 66, 64, 4], temps=[70, 71, 69, 74, 70, 70, 69, 70],
+                power_w=[400] * 8), "the total power moved by a third"
+    assert not sent([70, 60, 75, 63, 70, 66, 64, 4], temps=[70, 71, 69, 74, 70, 70, 69, 70], power_w=[400] * 8)
+    assert sent([70, 60, 75, 63, 70, 66, 64, 4], temps=[70, 71, 69, 74, 70, 70, 69, 70], power_w=[400] * 8,
+                procs={2: [{"pid": 4242, "mem_mib": 100}]}), "a process started on a GPU"

@@ -21,8 +21,12 @@ going away while the agent runs (NVML's "Driver Not Loaded" / "Library Not Found
 ``no_gpu`` again, NVML initialized anew after ``gpu.lost_retry`` seconds (as a lost device is re-probed).
 
 At detail level "summary" (``summary = True``, op ``detail``: the console does not show this host) a slim frame
-is sent only when ``_summary_due``: a figure moved beyond its threshold since the last frame sent, a device was
-lost or came back, its process list changed, or SUMMARY_EVERY seconds passed; NVML is still read every sample.
+is sent only when ``_summary_due``: a device was lost or came back, its process list changed, a GPU went from idle
+to busy or back, one of the host's overview figures moved beyond its threshold since the last frame sent, or
+SUMMARY_EVERY seconds passed; NVML is still read every sample. The overview figures are what the console shows
+of a host it does not show in full (``overview``: the mean util and memory use, the total memory and power, the
+hottest GPU: its table columns, sort keys and header counts), so one GPU's jitter on a busy 8-GPU host does not
+cost a frame a second that nobody sees.
 """
 
 from __future__ import annotations
@@ -64,13 +68,16 @@ _FIELD_CODES = {
     27,  # NOT_READY
 }
 _NO_DRIVER_CODES = {9, 12}  # DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND
-# Detail level "summary" (an instance the console does not show): a frame only when a figure moved more than this
-# since the last frame sent, a device was lost or came back, its processes changed, or SUMMARY_EVERY passed.
+# Detail level "summary" (an instance the console does not show): a frame only when an overview figure moved more
+# than this since the last frame sent, a GPU changed class, a device was lost or came back, its processes changed,
+# or SUMMARY_EVERY passed.
 SUMMARY_EVERY = 5.0
-SUMMARY_UTIL = 5  # points of util / mem_util
-SUMMARY_MEM = 0.01  # of the device's memory
-SUMMARY_TEMP = 2  # degrees C
-SUMMARY_POWER = 0.05  # of the last power sent
+SUMMARY_UTIL = 5  # points of the mean util / mean mem_util
+SUMMARY_MEM = 0.01  # of the host's GPU memory
+SUMMARY_TEMP = 2  # degrees C of the hottest GPU
+SUMMARY_POWER = 0.05  # of the last total power sent
+IDLE_UTIL = 5  # % at or under which the console counts a GPU idle (console/state.py IDLE_UTIL)
+BUSY_UTIL = 10  # % from which it counts a GPU busy (console/state.py BUSY_UTIL)
 _NOT_AVAILABLE = (1 << 64) - 1  # NVML_VALUE_NOT_AVAILABLE_ulonglong
 
 
@@ -349,25 +356,25 @@ class GpuSampler:
         return slim_gpu_frame(slim, mapping if changed else None)
 
     def _summary_due(self, records: List[GpuDevice], now: float) -> bool:
-        """At detail "summary": is this sample worth a frame (a figure moved beyond its threshold since the
-        last frame sent, a device was lost or came back, its processes changed, or SUMMARY_EVERY passed)?"""
+        """At detail "summary": is this sample worth a frame (a device lost or back, its processes changed, a GPU
+        changed class, an overview figure moved beyond its threshold since the last frame sent, or
+        SUMMARY_EVERY passed)?"""
         sent = self._sent_records
         if sent is None or len(sent) != len(records) or now - self._sent_at >= SUMMARY_EVERY:
             return True
-        for dev, old, new in zip(self.devices, sent, records):
-            if bool(old.get("lost")) != bool(new.get("lost")):
+        for old, new in zip(sent, records):
+            if bool(old.get("lost")) != bool(new.get("lost")) or _util_class(old) != _util_class(new):
                 return True
             if [p.get("pid") for p in old.get("procs") or ()] != [p.get("pid") for p in new.get("procs") or ()]:
                 return True
-            total = (dev.static or {}).get("mem_total")
-            power = old.get("power")
-            if (_moved(old.get("util"), new.get("util"), SUMMARY_UTIL)
-                    or _moved(old.get("mem_util"), new.get("mem_util"), SUMMARY_UTIL)
-                    or _moved(old.get("mem_used"), new.get("mem_used"), total * SUMMARY_MEM if total else 1 << 20)
-                    or _moved(old.get("temp"), new.get("temp"), SUMMARY_TEMP)
-                    or _moved(power, new.get("power"), max(1.0, abs(power or 0.0) * SUMMARY_POWER))):
-                return True
-        return False
+        totals = [(dev.static or {}).get("mem_total") for dev in self.devices]
+        memory = sum(t for t in totals if t)
+        was, now_ = overview(sent), overview(records)
+        was_power = was[3]
+        return (_moved(was[0], now_[0], SUMMARY_UTIL) or _moved(was[1], now_[1], SUMMARY_UTIL)
+                or _moved(was[2], now_[2], memory * SUMMARY_MEM if memory else 1 << 20)
+                or _moved(was_power, now_[3], max(1.0, abs(was_power or 0.0) * SUMMARY_POWER))
+                or _moved(was[4], now_[4], SUMMARY_TEMP))
 
     def _driver_gone(self, message: str, now: float) -> Dict[str, Any]:
         """A device call said the driver is gone: state no_gpu, NVML initialized again after ``_retry`` s."""
@@ -518,6 +525,27 @@ class GpuSampler:
             }
             out.append(inst)
         return out
+
+
+def overview(records: List[GpuDevice]) -> Tuple[Optional[float], ...]:
+    """What the console shows of a host out of view, from its live devices: mean util, mean mem_util, memory
+    used, total power, the hottest GPU's temperature; None where no device says."""
+    live = [r for r in records if not r.get("lost")]
+
+    def figures(key: str) -> List[float]:
+        return [float(v) for v in (r.get(key) for r in live) if isinstance(v, (int, float))]
+
+    util, mem_util, used, power, temp = (figures(k) for k in ("util", "mem_util", "mem_used", "power", "temp"))
+    return (sum(util) / len(util) if util else None, sum(mem_util) / len(mem_util) if mem_util else None,
+            sum(used) if used else None, sum(power) if power else None, max(temp) if temp else None)
+
+
+def _util_class(record: GpuDevice) -> int:
+    """0 idle, 1 in between, 2 busy (the console's counts), -1 unknown."""
+    util = record.get("util")
+    if not isinstance(util, (int, float)):
+        return -1
+    return 0 if util <= IDLE_UTIL else 2 if util >= BUSY_UTIL else 1
 
 
 def _moved(old: Any, new: Any, limit: float) -> bool:
