@@ -31,6 +31,7 @@ from console.text_safety import clean
 from themes import DEFAULT_THEME, TCSS_PATH, THEMES, next_theme, picked_theme, remember_theme, saved_theme
 from widgets.command_bar import CommandBar, run_command
 from widgets.confirm_screen import ConfirmScreen
+from widgets.detail_pane import DetailPane
 from widgets.filter_bar import FilterBar
 from widgets.fleet_grid import FleetGrid
 from widgets.fleet_table import FleetTable, table_from_settings, toggle_view
@@ -173,8 +174,6 @@ class FleetApp(App):
         grid.retry_at = self.retry_at
         from textual.containers import Horizontal
 
-        from widgets.detail_pane import DetailPane
-
         with Horizontal(id="fleet-body"):  # grid or table, and the selected instance beside it from 160 columns
             yield grid
             yield table_from_settings(self.state, grid)  # v: the table view (widgets/fleet_table.py)
@@ -234,11 +233,16 @@ class FleetApp(App):
             )
         dirty = state.take_dirty()
         events = state.take_events()
+        body = self.screen_stack[0]
         try:
-            grid = self.grid
+            grid, table, detail = body.query_one(FleetGrid), body.query_one(FleetTable), body.query_one(DetailPane)
         except Exception:
             return
         grid.update_from_state(dirty)
+        # the table and the detail pane follow in the same frame, so what changed is composed in one pass
+        # (Textual re-renders every widget the dirty regions' bounding box touches, ~5 ms at 200x60, per pass)
+        table.poll_state()
+        detail.poll_state()
         screen = self.screen
         if isinstance(screen, InstanceScreen) and screen.instance_name in dirty:
             screen.update_from_state()

@@ -30,7 +30,6 @@ from .palette import Palette
 from .pane import badge_text, detail_line, gpu_line, gpu_summary, notes, proc_brief
 from .render import Line, changed_runs, operator_text
 
-FRAME_INTERVAL = 0.25  # the app's repaint rate (console/app.py)
 MIN_COLUMNS = 160  # the terminal width from which the pane is shown
 MIN_W, MAX_W = 48, 70  # the pane's width: what whole grid columns leave over, within these bounds
 GRID_PANE_W = 50  # fleet_grid.FULL_MIN_W: the grid's boxed pane width
@@ -165,7 +164,6 @@ class DetailPane(Widget):
 
     def on_mount(self) -> None:
         self.app.theme_changed_signal.subscribe(self, self._theme_changed)
-        self.set_interval(FRAME_INTERVAL, self.poll_state)
         self.fit(self.app.size.width)
 
     def _theme_changed(self, _theme: Any) -> None:
@@ -189,8 +187,9 @@ class DetailPane(Widget):
             self.display = shown
 
     def poll_state(self) -> None:
-        """At the frame rate: follow the terminal's width and the cursor; rebuild the lines only when the
-        instance shown, its version, the pane's size or (for text that ages) the second changed."""
+        """Each frame of the app (``FleetApp.paint_frame``): follow the terminal's width and the cursor;
+        rebuild the lines only when the instance shown, its version, the pane's size or (for text that ages)
+        the second changed."""
         self.fit(self.app.size.width)
         if not self.display or self.app.screen is not self.screen:
             return

@@ -32,7 +32,6 @@ from .palette import Palette
 from .pane import badge_text, gpu_model
 from .render import Line
 
-FRAME_INTERVAL = 0.25  # the app's repaint rate (console/app.py)
 RESORT_EVERY = 1.0  # seconds between re-sorts on a live figure (util, mem, temp, power, uptime, progress)
 ORDER_HOLD = 2.0  # seconds the order holds after a key moves or selects (as the grid)
 AGE_EVERY = 1.0  # seconds after which a row that shows ages is redrawn even when its instance did not change
@@ -294,7 +293,6 @@ class FleetTable(ScrollView, can_focus=True):
     # -- palette / theme -----------------------------------------------------------------------------
     def on_mount(self) -> None:
         self.app.theme_changed_signal.subscribe(self, self._theme_changed)
-        self.set_interval(FRAME_INTERVAL, self.poll_state)
 
     def _theme_changed(self, _theme: Any) -> None:
         self._palette = None
@@ -353,8 +351,8 @@ class FleetTable(ScrollView, can_focus=True):
         self.virtual_size = Size(width, len(names) + 1)
 
     def poll_state(self) -> None:
-        """At the frame rate while shown: re-sort when the order, the filter or a live sort figure moved;
-        repaint the visible rows whose instance changed."""
+        """Each frame of the app (``FleetApp.paint_frame``) while shown: re-sort when the order, the filter
+        or a live sort figure moved; repaint the visible rows whose instance changed."""
         if not self.display:
             return
         now = time.time()
