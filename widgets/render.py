@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import List, Optional, Reversible, Sequence, Tuple
+from itertools import islice
+from typing import Dict, List, Optional, Reversible, Sequence, Tuple
 
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
@@ -30,29 +31,25 @@ def bar(fraction: Optional[float], width: int) -> str:
     return out
 
 
+def _spark_char(v: int) -> str:
+    return " " if v < 0 else SPARK[min(7, v * 8 // 101)]
+
+
+_SPARK_OF = {v: _spark_char(v) for v in range(-1, 101)}  # the usual values, looked up (a pane draws ~250 a paint)
+
+
 def sparkline(values: Sequence[int], width: int) -> str:
     """The last ``width`` samples (0..100; negative = unknown) as block characters."""
     if width <= 0:
         return ""
-    n = len(values)
-    start = max(0, n - width)
-    chars = []
-    for i in range(start, n):
-        v = values[i]
-        if v < 0:
-            chars.append(" ")
-        else:
-            chars.append(SPARK[min(7, v * 8 // 101)])
-    return "".join(chars).rjust(width)
+    recent = values[-width:] if len(values) > width else values
+    chars = _SPARK_OF
+    return "".join([chars.get(v) or _spark_char(v) for v in recent]).rjust(width)
 
 
 def tail(values: Reversible[int], count: int) -> List[int]:
-    """The last ``count`` items of a deque or list (cheap for deques: iterates from the right)."""
-    out: List[int] = []
-    for v in reversed(values):
-        if len(out) >= count:
-            break
-        out.append(v)
+    """The last ``count`` items of a deque or list (cheap for deques: taken from the right, in C)."""
+    out = list(islice(reversed(values), count))
     out.reverse()
     return out
 
@@ -148,8 +145,27 @@ class Line:
 
     def segments(self, base: Style) -> List[Segment]:
         bg = self._bg
-        under = base + bg if bg is not None else base
-        return [Segment(text, under + style if style is not None else under) for text, style in self.parts]
+        under = combine(base, bg) if bg is not None else base
+        return [Segment(text, combine(under, style) if style is not None else under) for text, style in self.parts]
+
+
+_COMBINED: Dict[Tuple[int, int], Tuple[Style, Style, Style]] = {}
+_COMBINED_MAX = 4096
+
+
+def combine(under: Style, over: Style) -> Style:
+    """``under + over``, remembered: a pane's lines combine the same few palette styles thousands of times a
+    second, and rich's ``Style.__add__`` hashes both in Python each time. Keyed by identity; the entry holds
+    both styles, so an id is not reused while its entry lives (theme changes make new ones: bounded, cleared)."""
+    hit = _COMBINED.get((id(under), id(over)))
+    if hit is not None:
+        return hit[2]
+    combined = under + over
+    if not combined.link:  # (a linked style is copied by every add: nothing to remember)
+        if len(_COMBINED) >= _COMBINED_MAX:
+            _COMBINED.clear()
+        _COMBINED[(id(under), id(over))] = (under, over, combined)
+    return combined
 
 
 _PATTERNS = re.compile(r"\s*\(patterns?: .*?\)(?=;|$)")
