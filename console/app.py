@@ -19,6 +19,7 @@ from rich.text import Text
 from textual import events, on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.notifications import Notify
 from textual.screen import Screen
 from textual.widgets import Input, Static
@@ -38,12 +39,14 @@ from widgets.fleet_table import FleetTable, table_from_settings, toggle_view
 from widgets.footer import Footer  # Textual's, without its recompose leak (issue 15 item 11)
 from widgets.help_screen import HelpScreen
 from widgets.instance_screen import InstanceScreen
-from widgets.messages import OpenInstance, SelectionChanged
+from widgets.messages import CursorMoved, OpenInstance, SelectionChanged
 from widgets.pane import ages as pane_ages
 from widgets.probe_menu import ProbeMenu
 from widgets.styles_cache import release_dead_line_caches
 
 FRAME_INTERVAL = 0.25  # seconds between repaints (4 Hz)
+LARGE_FLEET = 500  # instances: past this many the fleet view repaints every LARGE_FRAME_INTERVAL
+LARGE_FRAME_INTERVAL = 0.5  # (2 Hz: figures come once a second; an open instance stays at 4 Hz, keys at once)
 TICK_INTERVAL = 1.0  # seconds between re-derivations of time-based states (stale, idle)
 DETAIL_INTERVAL = 0.5  # seconds between looks at what is in view (console/detail.py)
 LAY_OUT_RETRY = 0.1  # seconds between looks at whether the screen built in the background has mounted
@@ -128,6 +131,7 @@ class FleetApp(App):
         if theme and not self._theme_warning:
             remember_theme(chosen)
         self._last_tick = 0.0
+        self._painted_at = 0.0  # when paint_frame last ran through (the large fleet's slower frame)
         # detail on demand (console/detail.py): agents of instances out of view send a summary
         send_detail = getattr(controller, "set_detail", None)
         monitoring = getattr(controller, "monitoring", None)  # --metrics-port / --record want every stream in full
@@ -224,6 +228,9 @@ class FleetApp(App):
             return
         now = time.time()
         state = self.state
+        if self._frame_held(now):
+            return
+        self._painted_at = now
         if now - self._last_tick >= TICK_INTERVAL:
             self._last_tick = now
             state.tick(now)
@@ -251,6 +258,25 @@ class FleetApp(App):
         if events:
             self.report_events(events)
         self.frames_painted += 1
+
+    def _frame_held(self, now: float) -> bool:
+        """Past ``LARGE_FLEET`` instances every other frame is held (2 Hz): a thousand hosts keep ~15 visible
+        panes changing, each repainted per frame it changed in, and each frame is a compositor pass over the
+        whole screen; at 2 Hz a pane's GPU, process and log frames of one second mostly land in one repaint
+        (bench/scale.py, docs/benchmarks.md). all-smi, the multi-host peer, slows to 6 s past 100 hosts. Not held:
+        an open instance whose figures changed (its live view stays at 4 Hz). Keys never wait for a frame (the
+        cursor and the detail pane follow at once)."""
+        if len(self.state.instances) <= LARGE_FLEET:
+            return False
+        if now - self._painted_at >= LARGE_FRAME_INTERVAL - FRAME_INTERVAL / 2:
+            return False
+        screen = self.screen if self.screen_stack else None
+        return not (isinstance(screen, InstanceScreen) and self.state.is_dirty(screen.instance_name))
+
+    def on_cursor_moved(self, message: CursorMoved) -> None:
+        """The detail pane follows the cursor at once, not at the next frame."""
+        with contextlib.suppress(NoMatches):
+            self.screen_stack[0].query_one(DetailPane).poll_state()
 
     def update_detail(self) -> None:
         """Detail on demand (console/detail.py): instances in view or open at "full", the rest at "summary"."""

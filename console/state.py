@@ -561,6 +561,10 @@ class FleetState:
         dirty, self._dirty = self._dirty, set()
         return dirty
 
+    def is_dirty(self, name: Optional[str]) -> bool:
+        """Whether ``name`` changed since the last ``take_dirty``."""
+        return name in self._dirty
+
     def peek_dirty(self) -> Set[str]:
         return set(self._dirty)
 

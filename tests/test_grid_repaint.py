@@ -94,3 +94,55 @@ def test_changed_runs_name_each_run_of_lines_that_differ() -> None:
     assert changed_runs(list("abcdef"), list("aXcYZf")) == [(1, 1), (3, 2)]
     assert changed_runs(list("abc"), list("abcde")) == [(3, 2)]  # lines only the new render has
     assert changed_runs(list("abcde"), list("aX")) == [(1, 4)]  # and lines it no longer has
+
+
+async def _frames_in(pilot, app, seconds: float) -> int:
+    before = app.frames_painted
+    await pilot.pause(seconds)
+    return app.frames_painted - before
+
+
+async def test_a_large_fleet_repaints_at_2_hz_but_the_cursor_and_an_open_instance_do_not_wait(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past LARGE_FLEET instances the fleet view repaints every other frame; the detail pane still follows a key
+    at once, and an open instance whose figures change keeps the full frame rate. (Three live agents stand for
+    the large fleet: the threshold is lowered to two.)"""
+    import console.app as app_mod
+    from tests.test_app import open_screen
+
+    (tmp_path / "small").mkdir()
+    small = make_app(tmp_path / "small", gpus=2)
+    async with small.run_test(size=(200, 60)) as pilot:
+        await wait_until(pilot, lambda: all_live(small), what="three live agents")
+        at_4_hz = await _frames_in(pilot, small, 3.0)
+
+    monkeypatch.setattr(app_mod, "LARGE_FLEET", 2)
+    app = make_app(tmp_path, gpus=2)
+    async with app.run_test(size=(200, 60)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="three live agents")
+        at_2_hz = await _frames_in(pilot, app, 3.0)
+        assert 3 <= at_2_hz <= 7 and at_2_hz <= 0.7 * at_4_hz, (at_2_hz, at_4_hz)
+
+        grid = app.query_one(FleetGrid)
+        detail = app.query_one(DetailPane)
+        for key in ("right", "right", "left"):
+            before = grid.cursor_name
+            await pilot.press(key)
+            await pilot.pause()
+            assert grid.cursor_name != before and detail.name_shown == grid.cursor_name  # not half a second later
+
+        # an open instance with news is painted at the next 4 Hz frame: right after a paint, a log line for it
+        screen = await open_screen(pilot, app)
+        name = screen.instance_name
+        inst = app.state.instances[name]
+        delays = []
+        for k in range(4):
+            painted = app.frames_painted
+            await wait_until(pilot, lambda p=painted: app.frames_painted != p, timeout=5, what="a paint")
+            painted, t0 = app.frames_painted, time.monotonic()
+            app.state.apply_frame(name, {"type": "log", "ts": time.time(), "path": inst.last_log[0],
+                                         "first_line": inst.last_log[1] + 1, "lines": ["open view line %d" % k],
+                                         "backlog": False, "event": None}, time.time())
+            await wait_until(pilot, lambda p=painted: app.frames_painted != p, timeout=5, what="the next paint")
+            delays.append(time.monotonic() - t0)
+        assert sum(delays) / len(delays) < 0.4, delays  # held, it would be ~0.5 s
