@@ -223,7 +223,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         for line in controller.fleet_errors.values():
             print(f"fleet-console: {line}", file=sys.stderr)
         names = [i.name for i in controller.fleet.instances]  # with the instances the imports found
-        await asyncio.gather(*(controller.wait_settled(n, args.timeout) for n in names))
+        await controller.wait_settled(names, args.timeout)
         controller.state.tick()
         rows = [status_row(controller, n) for n in names]
         if args.json:

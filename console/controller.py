@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import inspect
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, NotRequired, TypedDict, cast
 
 from console import fleet_watch
@@ -169,22 +169,28 @@ class FleetController:
                 pass
         return link
 
-    async def wait_settled(self, name: str, timeout: float) -> None:
-        """Until the instance is connected and has sent a sample, or its first attempt failed (one-shot output).
-        An instance a Prometheus source covers (SSH on demand) is settled by the source's answer: no SSH."""
+    async def wait_settled(self, names: Iterable[str], timeout: float) -> None:
+        """Until each instance is connected and has sent a sample, or its first attempt failed, or ``timeout``
+        passed (one-shot output). An instance a Prometheus source covers (SSH on demand) is settled by the
+        source's answer: no SSH. One loop looks at them all every 50 ms: a waiter per instance re-armed every
+        0.1 s was ~10,000 timed waits a second at 1000 hosts, in the process that also runs their handshakes."""
         deadline = time.monotonic() + timeout
+        covered: dict[str, str] = {}
         if self.on_demand is not None:
             while not self.on_demand.settled and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
-            if name in self.on_demand.covered():
-                return
-        link, inst = self._link(name), self.state.get(name)
-        while time.monotonic() < deadline and link.status not in FAILURES:
-            if link.status == "connected" and (inst is None or inst.gpu_state or inst.procs):
-                return
-            link.outcome_event.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(link.outcome_event.wait(), min(0.1, max(0.0, deadline - time.monotonic())))
+            covered = self.on_demand.covered()
+        waiting = [(name, self._link(name)) for name in names if name not in covered]
+        while waiting and time.monotonic() < deadline:
+            waiting = [(name, link) for name, link in waiting if not self._settled(name, link)]
+            if waiting:
+                await asyncio.sleep(0.05)
+
+    def _settled(self, name: str, link: AgentLink) -> bool:
+        if link.status in FAILURES:
+            return True
+        inst = self.state.get(name)
+        return link.status == "connected" and (inst is None or bool(inst.gpu_state or inst.procs))
 
     async def reload(self) -> str:
         """Re-read the fleet file and re-run its imports: added instances connect, removed ones disconnect,
