@@ -33,7 +33,8 @@ from .render import changed_runs
 COMPACT_MIN_W = 56  # compact pane: two lines, at least this wide
 FULL_MIN_W = 50  # boxed pane
 FULL_MIN_HEIGHT = 36  # below this many rows the grid goes compact
-PANE_BUDGET = 6  # visible panes re-rendered per frame at most
+PANE_RATE = 24.0  # visible panes re-rendered per second at most (6 a frame at 4 Hz, 12 at 2 Hz)
+MIN_PANE_BUDGET = 6  # ... and per frame at least
 ORDER_HOLD = 2.0  # seconds the order holds after a key moves or selects, so panes do not jump under the cursor
 
 
@@ -81,7 +82,8 @@ class FleetGrid(ScrollView, can_focus=True):
         self._heights: Dict[str, int] = {}
         self._cache: Dict[str, Tuple[tuple, List[Strip]]] = {}
         self._shown: Dict[str, int] = {}  # instance version each pane shows (repaint budget)
-        self._pending: Set[str] = set()
+        self._pending: Dict[str, None] = {}  # changed, not yet repainted: oldest first (no pane starves)
+        self._updated_at = 0.0  # monotonic time of the last update_from_state
         self._order_version = -1
         self._hold_order_until = 0.0
         self._palette: Optional[Palette] = None
@@ -199,29 +201,31 @@ class FleetGrid(ScrollView, can_focus=True):
             if inst is not None and self.pane_height(inst) != self._heights.get(name):
                 self.relayout()
                 return
-            pending.add(name)
+            pending.setdefault(name, None)  # one already waiting keeps its place
+        now = time.monotonic()
+        elapsed, self._updated_at = now - self._updated_at, now
         if not pending:
             return
-        # Visible panes are repainted at most PANE_BUDGET per frame (a burst, e.g. every agent sampling
-        # in phase, is spread over the next frames); panes out of view just take the new version.
-        budget = PANE_BUDGET
+        # Visible panes are repainted at most PANE_RATE a second, the longest waiting first: a burst (every
+        # agent sampling in phase) is spread over the next frames, and panes that change every frame cannot
+        # keep the ones after them waiting. Panes out of view just take the new version.
+        budget = max(MIN_PANE_BUDGET, min(int(PANE_RATE), round(PANE_RATE * elapsed)))
         changed: List[Region] = []
-        for name in [n for n in self._names if n in pending]:
+        for name in list(pending):
             inst = self.state.instances.get(name)
-            if inst is None:
-                pending.discard(name)
+            if inst is None or name not in self._pos:
+                del pending[name]
                 continue
             if not self._is_visible(name):
                 self._shown[name] = inst.version
-                pending.discard(name)
+                del pending[name]
                 continue
             if budget <= 0:
                 break
             budget -= 1
             self._shown[name] = inst.version
-            pending.discard(name)
+            del pending[name]
             changed.extend(self._changed_lines(name))
-        pending.intersection_update(self._pos)
         if changed:
             self.lines_refreshed += sum(region.height for region in changed)
             self.refresh(*changed)
