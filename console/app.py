@@ -131,7 +131,8 @@ class FleetApp(App):
         if theme and not self._theme_warning:
             remember_theme(chosen)
         self._last_tick = 0.0
-        self._painted_at = 0.0  # when paint_frame last ran through (the large fleet's slower frame)
+        self._painted_at = -1e9  # time.monotonic() when paint_frame last ran through (the large fleet's 2 Hz)
+        self.frames_held = 0  # frames that large fleet skipped
         # detail on demand (console/detail.py): agents of instances out of view send a summary
         send_detail = getattr(controller, "set_detail", None)
         monitoring = getattr(controller, "monitoring", None)  # --metrics-port / --record want every stream in full
@@ -228,9 +229,9 @@ class FleetApp(App):
             return
         now = time.time()
         state = self.state
-        if self._frame_held(now):
+        if self._frame_held(time.monotonic()):
             return
-        self._painted_at = now
+        self._painted_at = time.monotonic()
         if now - self._last_tick >= TICK_INTERVAL:
             self._last_tick = now
             state.tick(now)
@@ -271,12 +272,22 @@ class FleetApp(App):
         if now - self._painted_at >= LARGE_FRAME_INTERVAL - FRAME_INTERVAL / 2:
             return False
         screen = self.screen if self.screen_stack else None
-        return not (isinstance(screen, InstanceScreen) and self.state.is_dirty(screen.instance_name))
+        if isinstance(screen, InstanceScreen) and self.state.is_dirty(screen.instance_name):
+            return False
+        self.frames_held += 1
+        return True
 
     def on_cursor_moved(self, message: CursorMoved) -> None:
         """The detail pane follows the cursor at once, not at the next frame."""
-        with contextlib.suppress(NoMatches):
-            self.screen_stack[0].query_one(DetailPane).poll_state()
+        self._poll_now(DetailPane)
+
+    def _poll_now(self, *views: type[DetailPane] | type[FleetTable]) -> None:
+        """What a key changed, shown in the key's own pass: the detail pane or the table polled now."""
+        if not self.screen_stack or getattr(self.screen_stack[0], "_pruning", False):  # closing
+            return
+        for view in views:
+            with contextlib.suppress(NoMatches):
+                self.screen_stack[0].query_one(view).poll_state()
 
     def update_detail(self) -> None:
         """Detail on demand (console/detail.py): instances in view or open at "full", the rest at "summary"."""
@@ -449,11 +460,13 @@ class FleetApp(App):
 
     def on_selection_changed(self, message: SelectionChanged) -> None:
         self.update_header()
+        self._poll_now(FleetTable)
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if isinstance(event.input, FilterBar):
             self.grid.set_query(event.value)
             self.update_header()
+            self._poll_now(FleetTable, DetailPane)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if isinstance(event.input, FilterBar):
@@ -462,6 +475,7 @@ class FleetApp(App):
             self.grid.set_query(event.value)
             self.fleet_view().focus()
             self.update_header()
+            self._poll_now(FleetTable, DetailPane)
 
     # -- actions -------------------------------------------------------------------------------------
     def action_help(self) -> None:

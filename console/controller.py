@@ -187,6 +187,7 @@ class FleetController:
                 await asyncio.sleep(0.05)
 
     def _settled(self, name: str, link: AgentLink) -> bool:
+        """Connected with a sample in, or failed: what ``status`` waits for."""
         if link.status in FAILURES:
             return True
         inst = self.state.get(name)

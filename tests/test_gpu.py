@@ -489,12 +489,13 @@ def test_gpu_tab_says_how_processes_were_mapped(nvml_in_process, gpu_dev, real):
     assert "MIG 1g.10gb" in text and "idle" in text
 
 
-def test_summary_sends_what_the_overview_shows(nvml_in_process):
+def test_summary_sends_what_the_overview_shows(nvml_in_process, monkeypatch):
     """At detail "summary" a busy 8-GPU host whose GPUs jitter one by one sends nothing until its overview moves:
     a GPU going idle, the mean util, the hottest GPU, the total power, a process starting."""
     from console.state import BUSY_UTIL, IDLE_UTIL
 
     assert (gpu_mod.IDLE_UTIL, gpu_mod.BUSY_UTIL) == (IDLE_UTIL, BUSY_UTIL)  # the agent's classes are the console's
+    monkeypatch.setattr(gpu_mod, "SUMMARY_EVERY", 3600.0)  # (the at-least-every-5-s frame is not what is tested)
 
     def fleet(utils, temps=None, power_w=None, procs=None):
         return state([device(i, util=u, temp=(temps or [70] * 8)[i], power_mw=int(1000 * (power_w or [300] * 8)[i]),

@@ -168,6 +168,7 @@ class DetailPane(Widget):
 
     def _theme_changed(self, _theme: Any) -> None:
         self._palette, self._key = None, None
+        self.poll_state()  # the lines in the new colours now, not at the next frame
         self.refresh()
 
     @property

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from itertools import islice
-from typing import Dict, List, Optional, Reversible, Sequence, Tuple
+from typing import Deque, Dict, List, Optional, Reversible, Sequence, Tuple, Union
 
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
@@ -38,18 +38,18 @@ def _spark_char(v: int) -> str:
 _SPARK_OF = {v: _spark_char(v) for v in range(-1, 101)}  # the usual values, looked up (a pane draws ~250 a paint)
 
 
-def sparkline(values: Sequence[int], width: int) -> str:
+def sparkline(values: Union[Sequence[int], Deque[int]], width: int) -> str:
     """The last ``width`` samples (0..100; negative = unknown) as block characters."""
     if width <= 0:
         return ""
-    recent = values[-width:] if len(values) > width else values
+    recent = values[-width:] if isinstance(values, (list, tuple)) else tail(values, width)
     chars = _SPARK_OF
     return "".join([chars.get(v) or _spark_char(v) for v in recent]).rjust(width)
 
 
 def tail(values: Reversible[int], count: int) -> List[int]:
     """The last ``count`` items of a deque or list (cheap for deques: taken from the right, in C)."""
-    out = list(islice(reversed(values), count))
+    out = list(islice(reversed(values), max(0, count)))
     out.reverse()
     return out
 
