@@ -38,12 +38,13 @@ async def record_a_failure(sshd: Sshd, tmp_path: Path, bench: Any) -> tuple[Path
     again = None
     try:
         box = controller.state.instances["box1"]
-        await until(lambda: box.status == "ok" and box.bench_running and len(box.gpus) == 2)
+        state = controller.state  # (a timeout names what each instance showed)
+        await until(lambda: box.status == "ok" and box.bench_running and len(box.gpus) == 2, state=state)
         proc.kill()
         proc.wait()
-        await until(lambda: box.status == "benchmark_down")
+        await until(lambda: box.status == "benchmark_down", state=state)
         again = subprocess.Popen(argv)
-        await until(lambda: box.status == "ok")
+        await until(lambda: box.status == "ok", state=state)
         await asyncio.sleep(1.5)
     finally:
         await controller.stop()
