@@ -499,3 +499,24 @@ def test_without_schedstat_every_reading_reads_stat(children, monkeypatch):
     assert entry.sched_fd == -1 and entry.unchanged >= 2 and table[child.pid]["cpu"] == 0.0
     os.kill(child.pid, signal.SIGSTOP)
     _until(lambda: _apply(table, sampler.sample(on_gpu))[child.pid]["state"] in ("T", "t"), timeout=5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_child_seen_before_its_exec_into_the_same_program_gets_its_own_cmdline(backend, children):
+    """Between fork and exec a child shows its parent's cmdline; exec into the same program (python -> python
+    bench.py, bash -> bash benchmark.sh) leaves its name as it was. Seen in that window, it must still get the
+    cmdline it exec'd (a benchmark restarted by a wrapper would otherwise never match its pattern)."""
+    token = "fleet-exec-probe-%d" % os.getpid()
+    script = ("import os, sys, time\nsys.stdin.readline()\npid = os.fork()\nif pid == 0:\n"
+              "    time.sleep(0.6)\n"
+              "    os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(300)', %r[::-1]])\n"
+              "time.sleep(300)\n" % token[::-1])  # (the token is not in the parent's own cmdline)
+    root = children([sys.executable, "-c", script], stdin=subprocess.PIPE)
+    sampler = ProcSampler({"proc_root": root.pid}, backend=backend)
+    table = _apply({}, sampler.sample({}))
+    root.stdin.write(b"go\n")
+    root.stdin.flush()
+    child = _until(lambda: next((p for p, r in _apply(table, sampler.sample({})).items() if r["ppid"] == root.pid),
+                                None), step=0.05)
+    assert token not in table[child]["cmdline"]  # seen before its exec: the parent's cmdline
+    _until(lambda: token in _apply(table, sampler.sample({}))[child]["cmdline"], timeout=10, step=0.3)

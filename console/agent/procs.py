@@ -32,7 +32,8 @@ What one sample costs on top of, and inside, those readings:
   ``WCHAN_IDLE_AGE`` seconds old and the process may have run (an identical ``stat`` means no CPU
   tick, page fault or CPU change since, so it most likely still waits where it did); never while
   running, never for a process that did not run;
-- name and cmdline are read only when the process is new or exec'd (comm or start time changed);
+- name and cmdline are read only when the process is new or exec'd (comm or start time changed), and at
+  each changed reading in its first ``EXEC_SETTLE`` s (seen between fork and exec, it shows its parent's);
 - only processes whose reading changed a record field, that are on a GPU, or that have a change held
   back by ``RESEND`` are compared with the record last sent; a record is built only to be sent.
 
@@ -87,6 +88,10 @@ LIST_EVERY = 30.0  # /proc is listed at least this often even when /proc/loadavg
 WCHAN_MAX_AGE = 2.5  # seconds a process's wchan is reused while its state letter stays the same
 WCHAN_IDLE_AGE = 30.0  # ... while the process did not run (or its whole /proc/PID/stat stayed byte-identical)
 STAT_MAX_AGE = 60.0  # a single-threaded process that did not run (schedstat): its stat is read at least this often
+# A process first read in its first moments may not have exec'd yet: between fork and exec it shows its parent's
+# cmdline, and exec into the same program (bash -> bash benchmark.sh, python -> python bench.py) leaves comm as it
+# was, so nothing says it changed. Its name and cmdline are read again at each changed reading for this long.
+EXEC_SETTLE = 2.0
 SUMMARY_RESEND = 30.0  # detail "summary": the subset frame comes again this often (fresh cpu/rss) if unchanged
 HOLD_FDS = 1024  # /proc/PID/{stat,schedstat} files kept open between readings (at most a quarter of RLIMIT_NOFILE)
 
@@ -204,6 +209,7 @@ class _Entry:
         "ppid",
         "raw",
         "read_at",
+        "recheck_until",
         "rss",
         "sched",
         "sched_fd",
@@ -240,6 +246,7 @@ class _Entry:
         self.read_at = 0.0
         self.next_read = 0.0
         self.first_seen = 0.0
+        self.recheck_until = 0.0  # (EXEC_SETTLE) monotonic time until which name and cmdline are read again
         self.kthread = False
         self.sent: Optional[ProcRecord] = None
         self.sent_at = 0.0
@@ -391,6 +398,10 @@ class _Reader:
             if entry.kthread:
                 self.release(entry)  # read every OUTSIDE_PERIOD only: not worth a held file
             self._static(entry, comm)
+            young = not entry.kthread and wall - entry.start < EXEC_SETTLE + 1.0  # (start: whole seconds of btime)
+            entry.recheck_until = now + EXEC_SETTLE if young else 0.0
+        elif now < entry.recheck_until:  # young: it may have exec'd into the same program since
+            self._static(entry, comm)
         state_changed = state != entry.state
         entry.ppid, entry.state, entry.rss = ppid, state, rss
         seconds = ticks / CLK_TCK
@@ -453,7 +464,10 @@ class _Reader:
             proc = psutil.Process(entry.pid)
             with proc.oneshot():
                 start = proc.create_time()
-                if start != entry.start_ticks:
+                if start != entry.start_ticks or now < entry.recheck_until:  # new, or young (EXEC_SETTLE)
+                    if start != entry.start_ticks:
+                        entry.read_at, entry.cpu, entry.first_seen = 0.0, None, now
+                        entry.recheck_until = now + EXEC_SETTLE if wall - start < EXEC_SETTLE else 0.0
                     entry.start_ticks = start
                     entry.start = round(start, 2)
                     entry.name = proc.name()
@@ -461,7 +475,6 @@ class _Reader:
                         entry.cmdline = cap_cmdline(" ".join(proc.cmdline()))
                     except psutil.Error:
                         entry.cmdline = ""
-                    entry.read_at, entry.cpu, entry.first_seen = 0.0, None, now
                 entry.ppid = proc.ppid()
                 entry.state = _PSUTIL_STATES.get(proc.status(), "?")
                 times = proc.cpu_times()
