@@ -34,7 +34,7 @@ from widgets.command_bar import CommandBar, run_command
 from widgets.confirm_screen import ConfirmScreen
 from widgets.detail_pane import DetailPane
 from widgets.filter_bar import FilterBar
-from widgets.fleet_grid import FleetGrid
+from widgets.fleet_grid import PANE_BUDGET, FleetGrid
 from widgets.fleet_table import FleetTable, table_from_settings, toggle_view
 from widgets.footer import Footer  # Textual's, without its recompose leak (issue 15 item 11)
 from widgets.help_screen import HelpScreen
@@ -47,6 +47,7 @@ from widgets.styles_cache import release_dead_line_caches
 FRAME_INTERVAL = 0.25  # seconds between repaints (4 Hz)
 LARGE_FLEET = 500  # instances: past this many the fleet view repaints every LARGE_FRAME_INTERVAL
 LARGE_FRAME_INTERVAL = 0.5  # (2 Hz: figures come once a second; an open instance stays at 4 Hz, keys at once)
+LARGE_PANE_BUDGET = 8  # grid panes repainted per frame there (16 a second: each of ~15 visible about once)
 TICK_INTERVAL = 1.0  # seconds between re-derivations of time-based states (stale, idle)
 DETAIL_INTERVAL = 0.5  # seconds between looks at what is in view (console/detail.py)
 LAY_OUT_RETRY = 0.1  # seconds between looks at whether the screen built in the background has mounted
@@ -229,9 +230,10 @@ class FleetApp(App):
             return
         now = time.time()
         state = self.state
-        if self._frame_held(time.monotonic()):
+        large, clock = len(state.instances) > LARGE_FLEET, time.monotonic()
+        if large and self._frame_held(clock):
             return
-        self._painted_at = time.monotonic()
+        self._painted_at = clock
         if now - self._last_tick >= TICK_INTERVAL:
             self._last_tick = now
             state.tick(now)
@@ -246,7 +248,7 @@ class FleetApp(App):
             grid, table, detail = body.query_one(FleetGrid), body.query_one(FleetTable), body.query_one(DetailPane)
         except Exception:
             return
-        grid.update_from_state(dirty)
+        grid.update_from_state(dirty, LARGE_PANE_BUDGET if large else PANE_BUDGET)
         # the table and the detail pane follow in the same frame, so what changed is composed in one pass
         # (Textual re-renders every widget the dirty regions' bounding box touches, ~5 ms at 200x60, per pass)
         table.poll_state()
@@ -261,14 +263,12 @@ class FleetApp(App):
         self.frames_painted += 1
 
     def _frame_held(self, now: float) -> bool:
-        """Past ``LARGE_FLEET`` instances every other frame is held (2 Hz): a thousand hosts keep ~15 visible
+        """In a fleet past ``LARGE_FLEET`` instances every other frame is held (2 Hz): a thousand hosts keep ~15 visible
         panes changing, each repainted per frame it changed in, and each frame is a compositor pass over the
         whole screen; at 2 Hz a pane's GPU, process and log frames of one second mostly land in one repaint
         (bench/scale.py, docs/benchmarks.md). all-smi, the multi-host peer, slows to 6 s past 100 hosts. Not held:
         an open instance whose figures changed (its live view stays at 4 Hz). Keys never wait for a frame (the
         cursor and the detail pane follow at once)."""
-        if len(self.state.instances) <= LARGE_FLEET:
-            return False
         if now - self._painted_at >= LARGE_FRAME_INTERVAL - FRAME_INTERVAL / 2:
             return False
         screen = self.screen if self.screen_stack else None

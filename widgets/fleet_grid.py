@@ -33,9 +33,7 @@ from .render import changed_runs
 COMPACT_MIN_W = 56  # compact pane: two lines, at least this wide
 FULL_MIN_W = 50  # boxed pane
 FULL_MIN_HEIGHT = 36  # below this many rows the grid goes compact
-PANE_RATE = 24.0  # visible panes re-rendered per second at most: 6 a frame at 4 Hz ...
-MIN_PANE_BUDGET = 6  # (per frame at least)
-MAX_PANE_BUDGET = 8  # ... and 8 a frame at the large fleet's 2 Hz: 16 a second, each of ~15 panes about once
+PANE_BUDGET = 6  # visible panes re-rendered per frame at most (the app's 4 Hz: 24 a second)
 ORDER_HOLD = 2.0  # seconds the order holds after a key moves or selects, so panes do not jump under the cursor
 
 
@@ -84,7 +82,6 @@ class FleetGrid(ScrollView, can_focus=True):
         self._cache: Dict[str, Tuple[tuple, List[Strip]]] = {}
         self._shown: Dict[str, int] = {}  # instance version each pane shows (repaint budget)
         self._pending: Dict[str, None] = {}  # changed, not yet repainted: oldest first (no pane starves)
-        self._updated_at = 0.0  # monotonic time of the last update_from_state
         self._order_version = -1
         self._hold_order_until = 0.0
         self._palette: Optional[Palette] = None
@@ -177,8 +174,9 @@ class FleetGrid(ScrollView, can_focus=True):
     def on_resize(self, event: events.Resize) -> None:
         self.relayout()
 
-    def update_from_state(self, dirty: Set[str]) -> None:
-        """Called at the app's frame rate with the names changed since the last call."""
+    def update_from_state(self, dirty: Set[str], budget: int = PANE_BUDGET) -> None:
+        """Called at the app's frame rate with the names changed since the last call; ``budget``: visible
+        panes re-rendered at most in this call."""
         width = self.scrollable_content_region.width or self.size.width
         reorder = self._order_version != self.state.order_version and time.monotonic() >= self._hold_order_until
         if reorder or width != self._laid_width or self.size.height != self._laid_height:
@@ -203,14 +201,11 @@ class FleetGrid(ScrollView, can_focus=True):
                 self.relayout()
                 return
             pending.setdefault(name, None)  # one already waiting keeps its place
-        now = time.monotonic()
-        elapsed, self._updated_at = now - self._updated_at, now
         if not pending:
             return
-        # Visible panes are repainted at most PANE_RATE a second, the longest waiting first: a burst (every
+        # Visible panes are repainted at most ``budget`` a frame, the longest waiting first: a burst (every
         # agent sampling in phase) is spread over the next frames, and panes that change every frame cannot
         # keep the ones after them waiting. Panes out of view just take the new version.
-        budget = max(MIN_PANE_BUDGET, min(MAX_PANE_BUDGET, round(PANE_RATE * elapsed)))
         changed: List[Region] = []
         for name in list(pending):
             inst = self.state.instances.get(name)
