@@ -313,7 +313,15 @@ class InstanceState:
             return False
         if self.restarted_at is not None and self.restarted_at >= at:
             return False
-        return self.bench_started is None or self.bench_started - self.clock_offset <= at
+        if self.bench_started is None:
+            return True
+        # The benchmark's start against the moment the agent read the facts (both on the host's clock): a verdict
+        # arrives a while after that, and a benchmark started meanwhile (a restart by hand while an automatic
+        # diagnosis ran) is a run it never saw. Its arrival time (ours) only without the agent's.
+        facts_at = self.diagnosis.get("time")
+        if not isinstance(facts_at, (int, float)) or isinstance(facts_at, bool):
+            facts_at = at + self.clock_offset
+        return self.bench_started <= facts_at
 
     def restart_note(self, now: float) -> str:
         """``restarted 40s ago`` from a restart until the next verdict ("" otherwise)."""

@@ -303,6 +303,26 @@ def test_a_verdict_stops_counting_once_the_benchmark_processes_started_after_it(
     assert inst.status == "ok"
     assert inst.diagnosis is not None  # kept for the Diagnosis tab, no longer counted
 
+def test_a_verdict_read_before_a_restart_does_not_count_when_it_arrives_after_it() -> None:
+    """The benchmark went down, a diagnosis read the host (no benchmark), the operator started it again while the
+    diagnosis ran: the verdict arrives after the new process is seen and is history at once (a status stuck at
+    "benchmark down" with the benchmark up was the race)."""
+    state, inst, clock = live(benchmark=BenchmarkSpec(match=(r"bench\.py",), log="/tmp/bench.log"))
+    state.apply_frame("gpu-box", {"type": "procs", "ts": clock.now, "full": True, "procs": []})
+    assert inst.status == "benchmark_down"
+    facts_at = clock.now + 0.5  # the host's clock, like the process's start
+    clock.now += 1.0
+    new = dict(proc(40001, gpu_mem=12 * GIB), start=facts_at + 0.2)
+    state.apply_frame("gpu-box", {"type": "procs", "ts": clock.now, "full": False, "upsert": [new], "gone": []})
+    assert inst.status == "ok"
+    clock.now += 1.0
+    down = {"code": "benchmark_not_running", "severity": "warning", "summary": "no benchmark process is running"}
+    state.set_diagnosis("gpu-box", {"verdict": down, "findings": [], "steps": [], "time": facts_at})
+    assert inst.status == "ok", inst.status_detail
+    state.set_diagnosis("gpu-box", {"verdict": down, "findings": [], "steps": [], "time": facts_at + 1.0})
+    assert inst.status == "benchmark_down"  # one that saw the new process and still says down counts
+
+
 
 def test_a_verdict_stops_counting_once_the_benchmark_log_moved_on() -> None:
     state, inst, clock = benchmark_box()

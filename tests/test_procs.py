@@ -502,10 +502,12 @@ def test_without_schedstat_every_reading_reads_stat(children, monkeypatch):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_child_seen_before_its_exec_into_the_same_program_gets_its_own_cmdline(backend, children):
+@pytest.mark.parametrize("period", [0.3, 2.6])
+def test_a_child_seen_before_its_exec_into_the_same_program_gets_its_own_cmdline(backend, period, children):
     """Between fork and exec a child shows its parent's cmdline; exec into the same program (python -> python
     bench.py, bash -> bash benchmark.sh) leaves its name as it was. Seen in that window, it must still get the
-    cmdline it exec'd (a benchmark restarted by a wrapper would otherwise never match its pattern)."""
+    cmdline it exec'd (a benchmark restarted by a wrapper would otherwise never match its pattern), also when
+    the next sample comes after EXEC_SETTLE (an instance off screen samples its processes every 5 s)."""
     token = "fleet-exec-probe-%d" % os.getpid()
     script = ("import os, sys, time\nsys.stdin.readline()\npid = os.fork()\nif pid == 0:\n"
               "    time.sleep(0.6)\n"
@@ -519,4 +521,18 @@ def test_a_child_seen_before_its_exec_into_the_same_program_gets_its_own_cmdline
     child = _until(lambda: next((p for p, r in _apply(table, sampler.sample({})).items() if r["ppid"] == root.pid),
                                 None), step=0.05)
     assert token not in table[child]["cmdline"]  # seen before its exec: the parent's cmdline
-    _until(lambda: token in _apply(table, sampler.sample({}))[child]["cmdline"], timeout=10, step=0.3)
+    time.sleep(period)
+    _until(lambda: token in _apply(table, sampler.sample({}))[child]["cmdline"], timeout=10, step=period)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_process_start_is_true_to_a_tenth_of_a_second(backend, children):
+    """A process's start is when it began, not up to a second earlier (``/proc/stat``'s whole-second boot time):
+    the console compares it with the moment a diagnosis read the host, and a benchmark restarted just after
+    that read must count as a run the verdict never saw."""
+    before = time.time()
+    child = children(["sleep", "300"])
+    after = time.time()
+    sampler = ProcSampler({"proc_root": child.pid}, backend=backend)
+    start = _apply({}, sampler.sample({}))[child.pid]["start"]
+    assert before - 0.1 <= start <= after + 0.1, (before, start, after)

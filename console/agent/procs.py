@@ -32,8 +32,9 @@ What one sample costs on top of, and inside, those readings:
   ``WCHAN_IDLE_AGE`` seconds old and the process may have run (an identical ``stat`` means no CPU
   tick, page fault or CPU change since, so it most likely still waits where it did); never while
   running, never for a process that did not run;
-- name and cmdline are read only when the process is new or exec'd (comm or start time changed), and at
-  each changed reading in its first ``EXEC_SETTLE`` s (seen between fork and exec, it shows its parent's);
+- name and cmdline are read only when the process is new or exec'd (comm or start time changed), and again
+  at its next changed reading while the last read was in its first ``EXEC_SETTLE`` s (seen between fork and
+  exec, it shows its parent's; at any sampling period: a process sampled every 5 s is read once more);
 - only processes whose reading changed a record field, that are on a GPU, or that have a change held
   back by ``RESEND`` are compared with the record last sent; a record is built only to be sent.
 
@@ -90,7 +91,8 @@ WCHAN_IDLE_AGE = 30.0  # ... while the process did not run (or its whole /proc/P
 STAT_MAX_AGE = 60.0  # a single-threaded process that did not run (schedstat): its stat is read at least this often
 # A process first read in its first moments may not have exec'd yet: between fork and exec it shows its parent's
 # cmdline, and exec into the same program (bash -> bash benchmark.sh, python -> python bench.py) leaves comm as it
-# was, so nothing says it changed. Its name and cmdline are read again at each changed reading for this long.
+# was, so nothing says it changed. Its name and cmdline are read again at its next changed reading (exec changes
+# its stat) while the previous read was within this many seconds of its start, however far apart the samples.
 EXEC_SETTLE = 2.0
 SUMMARY_RESEND = 30.0  # detail "summary": the subset frame comes again this often (fresh cpu/rss) if unchanged
 HOLD_FDS = 1024  # /proc/PID/{stat,schedstat} files kept open between readings (at most a quarter of RLIMIT_NOFILE)
@@ -125,10 +127,27 @@ def _read_bytes(path: str, size: int = 4096) -> Optional[bytes]:
 
 
 def boot_time() -> float:
-    data = _read_bytes(PROC + "/stat", 1 << 16) or b""
-    for line in data.splitlines():
+    """When this host booted (epoch seconds, to 0.01 s): now minus ``/proc/uptime``.
+
+    ``/proc/stat``'s ``btime`` is whole seconds (truncated), which put a process's start up to a second before
+    it began: before a diagnosis that never saw it (a verdict read just before a restart then kept counting).
+    ``btime`` is the answer where ``/proc/uptime`` disagrees with it by more than that second (an uptime
+    virtualised for a container, as LXCFS does, while process start ticks count from the host's boot)."""
+    btime: Optional[float] = None
+    for line in (_read_bytes(PROC + "/stat", 1 << 16) or b"").splitlines():
         if line.startswith(b"btime "):
-            return float(line.split()[1])
+            btime = float(line.split()[1])
+            break
+    uptime = _read_bytes(PROC + "/uptime", 128)
+    if uptime:
+        try:
+            precise = time.time() - float(uptime.split()[0])
+        except (IndexError, ValueError):
+            precise = None
+        if precise is not None and (btime is None or -0.05 <= precise - btime < 1.05):
+            return round(precise, 2)
+    if btime is not None:
+        return btime
     if psutil is not None:
         return float(psutil.boot_time())
     return 0.0
@@ -209,13 +228,13 @@ class _Entry:
         "ppid",
         "raw",
         "read_at",
-        "recheck_until",
         "rss",
         "sched",
         "sched_fd",
         "sched_path",
         "sent",
         "sent_at",
+        "settling",
         "start",
         "start_ticks",
         "stat_at",
@@ -246,7 +265,7 @@ class _Entry:
         self.read_at = 0.0
         self.next_read = 0.0
         self.first_seen = 0.0
-        self.recheck_until = 0.0  # (EXEC_SETTLE) monotonic time until which name and cmdline are read again
+        self.settling = False  # (EXEC_SETTLE) name and cmdline were read before the process was EXEC_SETTLE s old
         self.kthread = False
         self.sent: Optional[ProcRecord] = None
         self.sent_at = 0.0
@@ -398,10 +417,10 @@ class _Reader:
             if entry.kthread:
                 self.release(entry)  # read every OUTSIDE_PERIOD only: not worth a held file
             self._static(entry, comm)
-            young = not entry.kthread and wall - entry.start < EXEC_SETTLE + 1.0  # (start: whole seconds of btime)
-            entry.recheck_until = now + EXEC_SETTLE if young else 0.0
-        elif now < entry.recheck_until:  # young: it may have exec'd into the same program since
+            entry.settling = not entry.kthread and wall - entry.start < EXEC_SETTLE
+        elif entry.settling:  # read when young: it may have exec'd into the same program since
             self._static(entry, comm)
+            entry.settling = wall - entry.start < EXEC_SETTLE
         state_changed = state != entry.state
         entry.ppid, entry.state, entry.rss = ppid, state, rss
         seconds = ticks / CLK_TCK
@@ -464,10 +483,10 @@ class _Reader:
             proc = psutil.Process(entry.pid)
             with proc.oneshot():
                 start = proc.create_time()
-                if start != entry.start_ticks or now < entry.recheck_until:  # new, or young (EXEC_SETTLE)
+                if start != entry.start_ticks or entry.settling:  # new, or read when young (EXEC_SETTLE)
                     if start != entry.start_ticks:
                         entry.read_at, entry.cpu, entry.first_seen = 0.0, None, now
-                        entry.recheck_until = now + EXEC_SETTLE if wall - start < EXEC_SETTLE else 0.0
+                    entry.settling = wall - start < EXEC_SETTLE
                     entry.start_ticks = start
                     entry.start = round(start, 2)
                     entry.name = proc.name()
