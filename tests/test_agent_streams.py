@@ -185,3 +185,52 @@ def test_the_watchdog_ping_is_answered_only_when_the_agent_was_quiet(tmp_path):
         assert answer["id"] == 0 and answer["ok"], answer
     finally:
         agent.stop()
+
+
+def _frames_for(agent: AgentProc, seconds: float, during=None) -> list:
+    """Every frame the agent sends in the next ``seconds`` (``during()`` called between reads)."""
+    out = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if during is not None:
+            during()
+        try:
+            frame = agent.frames.get(timeout=0.05)
+        except queue.Empty:
+            continue
+        assert frame is not None, "agent exited: %s" % agent.proc.stderr.read().decode()
+        out.append(frame)
+    return out
+
+
+def test_at_summary_a_heartbeat_goes_out_only_when_nothing_else_did(tmp_path):
+    """A host out of view whose GPU summaries flow sends no heartbeats besides the one that says its new level; a
+    quiet one still does (the console's stale check); back at "full" the heartbeat comes at once, every interval."""
+    state = tmp_path / "gpu.json"
+    nvml_sim.write_state(str(state), {"gpus": [{"load": 10}]})
+    cfg = {"interval": 0.2, "log_interval": 0.2, "heartbeat_interval": 0.5, "logs": [], "watch_dirs": [],
+           "proc_root": os.getpid(), "gpu": {"simulate": {"gpus": 1, "state_file": str(state), "jitter": False}}}
+    agent = AgentProc(cfg)
+    try:
+        agent.next(lambda f: f["type"] == "heartbeat")
+        agent.request({"id": 1, "op": "detail", "args": {"level": "summary"}})
+        agent.next(lambda f: f["type"] == "result" and f["id"] == 1)
+        load, t0 = [10], time.monotonic()
+
+        def swing() -> None:  # the GPU moves beyond the summary threshold every 0.4 s (two samples)
+            now = 10 if int((time.monotonic() - t0) / 0.4) % 2 else 90
+            if now != load[0]:
+                load[0] = now
+                nvml_sim.write_state(str(state), {"gpus": [{"load": now}]})
+
+        busy = _frames_for(agent, 3.0, swing)
+        beats = [f for f in busy if f["type"] == "heartbeat"]
+        assert len([f for f in busy if f["type"] == "gpu"]) >= 5
+        assert len(beats) == 1 and beats[0]["level"] == "summary", beats  # the level, then nothing more
+        quiet = _frames_for(agent, 3.0)  # the GPU holds still: a summary every 5 s only
+        assert len([f for f in quiet if f["type"] == "heartbeat" and f.get("level") == "summary"]) >= 3
+        agent.request({"id": 2, "op": "detail", "args": {"level": "full"}})
+        agent.next(lambda f: f["type"] == "result" and f["id"] == 2)
+        agent.next(lambda f: f["type"] == "heartbeat" and "level" not in f, timeout=1.0)
+    finally:
+        agent.stop()

@@ -76,6 +76,7 @@ async def test_summary_level_over_sshd(sshd: Sshd, tmp_path: Path, bench_proc) -
         await _until(lambda: link.status == "connected" and box.bench_running and box.logs, 60, "the first frames")
         assert "detail" in box.hello["features"]["ops"]
 
+        asked = time.monotonic()
         answer = await link.request("detail", {"level": "summary"}, timeout=30)
         assert answer["ok"] and answer["data"] == {"level": "summary"}
         t0 = time.monotonic() + 1.0  # the loop takes the level within a log interval; frames already on the way
@@ -101,7 +102,7 @@ async def test_summary_level_over_sshd(sshd: Sshd, tmp_path: Path, bench_proc) -
         after = [f for t, f in frames if t > t0]
         assert not [f for f in after if f["type"] == "log"], "no log lines at summary"
         assert all(f.get("subset") for f in after if f["type"] == "procs"), "only the benchmark's processes"
-        assert any(f.get("level") == "summary" for f in after if f["type"] == "heartbeat")
+        assert any(f.get("level") == "summary" for t, f in frames if t > asked and f["type"] == "heartbeat")
         assert box.bench_running and box.detail_level == "summary" and box.procs_subset
         assert any(program in (r.get("cmdline") or "") for r in box.procs.values())
 

@@ -30,6 +30,10 @@ from .protocol import PROTOCOL_VERSION, FrameWriter, ProtocolError, decode_reque
 
 LEVELS = ("full", "summary")  # op ``detail``: what the console wants of this host (see ``Agent.level``)
 SUMMARY_PROCS_EVERY = 5.0  # seconds between process samples at "summary" (the benchmark-up check)
+# At "summary" a heartbeat says only that the agent lives, which its GPU summaries (at least every 5 s) already do:
+# it is sent when nothing else went out for a heartbeat interval, right after a level change (it says the level),
+# and at least this often. 6 of a quiet host's 14 frames in 30 s were heartbeats (bench/scale.py's recording).
+SUMMARY_HEARTBEAT_EVERY = 30.0
 PING_QUIET = 5.0  # the console's watchdog ping (id 0) is answered only after this long without a frame sent
 
 
@@ -61,6 +65,8 @@ class Agent:
         bench = config.get("benchmark") or {}
         self._bench_patterns = compile_patterns(bench.get("match")) + compile_patterns(bench.get("entrypoint"))
         self._next_summary_procs = 0.0
+        self._heartbeat_at = -1e9  # monotonic time of the last heartbeat sent
+        self._heartbeat_level = ""  # the level it said
 
     # -- frames ---------------------------------------------------------------------------------
     def hello(self) -> None:
@@ -98,6 +104,12 @@ class Agent:
         if procs_frame is not None:
             self.writer.send("procs", **procs_frame)
         self.samples += 1
+
+    def _heartbeat_due(self, now: float, hb_interval: float) -> bool:
+        """Always at "full"; at "summary" only when it says something (SUMMARY_HEARTBEAT_EVERY)."""
+        if self.level == "full" or self._heartbeat_level != self.level:
+            return True
+        return now - self.writer.sent_at >= hb_interval or now - self._heartbeat_at >= SUMMARY_HEARTBEAT_EVERY
 
     def _summary_procs(self) -> Optional[Dict[str, Any]]:
         now = time.monotonic()
@@ -222,6 +234,7 @@ class Agent:
             if self.wanted_level != self.level:
                 self._apply_level()
                 next_sample = now  # back at "full": the whole picture at once
+                next_hb = now  # the new level in a heartbeat at once: the console checks it there
             if now >= next_sample:
                 self.sample_once()
                 next_sample = max(next_sample + interval, now + interval / 2)
@@ -233,9 +246,11 @@ class Agent:
                     self.writer.send("error", message="nothing heard from the console for %.0f s: exiting"
                                      % (now - self.last_heard))
                     break
-                seq += 1
-                extra = {"level": self.level} if self.level != "full" else {}
-                self.writer.send("heartbeat", seq=seq, samples=self.samples, sent=self.writer.bytes_sent, **extra)
+                if self._heartbeat_due(now, hb_interval):
+                    seq += 1
+                    extra = {"level": self.level} if self.level != "full" else {}
+                    self.writer.send("heartbeat", seq=seq, samples=self.samples, sent=self.writer.bytes_sent, **extra)
+                    self._heartbeat_at, self._heartbeat_level = now, self.level
                 next_hb = now + hb_interval
             wake = min(next_sample, next_log, next_hb)
             self.stop_event.wait(max(0.0, wake - time.monotonic()))
