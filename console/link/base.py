@@ -25,6 +25,7 @@ import asyncssh
 from console.agent.protocol import PROTOCOL_VERSION, encode
 from console.inventory import Instance
 from console.link import pace
+from console.link.pinger import pinger
 from console.link.validate import BadFrame, FloodGuard, check_result, decode
 
 FrameHandler = Callable[[str, dict[str, Any]], None]
@@ -250,7 +251,8 @@ class AgentLink:
         self.attempts += 1
         detail = getattr(self._session, "status_detail", None)  # an agentless session says why it is one
         self._set_status("connected", detail or f"agent {hello.get('agent_version')} pid {hello.get('pid')}")
-        pinger = asyncio.create_task(self._ping_loop(self._session), name=f"ping:{self.name}")
+        session, pings = self._session, pinger(PING_EVERY)
+        pings.add(session)
         self._last_line_at = time.monotonic()
         try:
             async with asyncio.timeout(None) as guard:
@@ -261,7 +263,7 @@ class AgentLink:
                 raise
             raise SessionFailed("unreachable", f"agent silent for {self.silence_timeout:.0f} s") from None
         finally:
-            pinger.cancel()
+            pings.discard(session)
             if self._watchdog is not None:
                 self._watchdog.cancel()
                 self._watchdog = None
@@ -296,15 +298,6 @@ class AgentLink:
                 self._watchdog = loop.call_at(loop.time() + (self._last_line_at + self.silence_timeout - now), check)
 
         self._watchdog = loop.call_at(loop.time() + self.silence_timeout, check)
-
-    async def _ping_loop(self, session: Session) -> None:
-        """A ping every PING_EVERY seconds, the agent's watchdog (id 0: the agent answers it only when it sent
-        nothing for a while, so a quiet session still says it lives; the answer is not delivered)."""
-        ping = encode({"id": 0, "op": "ping", "args": {}})
-        with contextlib.suppress(Exception):
-            while True:
-                await asyncio.sleep(PING_EVERY)
-                session.write(ping)
 
     async def _read_line(self, timeout: float | None, what: str) -> bytes:
         """One line; ``timeout`` (the hello's) fails with ``what``; None waits (the watchdog guards it)."""
