@@ -93,7 +93,7 @@ async def test_a_forgotten_connection_leaves_no_second_agent_and_an_orphan_exits
         proxy.forget()
         await w.link.stop()  # the console is gone too: nobody pings the agent any more
         t0 = time.monotonic()
-        await w.rec.wait_for(lambda: not agents_of(cid), timeout=40, what="the orphan to exit")
+        await w.rec.wait_for(lambda: not agents_of(cid), timeout=45, what="the orphan to exit")
         print(f"\norphan agent exited {time.monotonic() - t0:.1f} s after its console's side was lost")
     finally:
         await w.link.stop()
