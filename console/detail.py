@@ -47,6 +47,9 @@ class DetailTracker:
         self.changed_at: Dict[str, float] = {}
         self.off_since: Dict[str, float] = {}
         self.misses: Dict[str, Tuple[int, Optional[float]]] = {}  # name -> (times not taken, in which session)
+        # name -> the session (connected_at) in which its agent said it took "summary": nothing to decide for it
+        # while it stays out of view in that session and says so (most of a large fleet, looked at twice a second)
+        self.settled: Dict[str, Optional[float]] = {}
         self.requests = 0  # sent so far (tests, the scale bench)
 
     def level(self, name: str) -> str:
@@ -63,7 +66,13 @@ class DetailTracker:
         if opened:
             shown.add(opened)
         wanted: List[Tuple[int, str, str]] = []
+        settled = self.settled
         for name, inst in instances.items():
+            if name in settled:
+                if (crowded and name not in shown and settled[name] == inst.connected_at
+                        and inst.detail_level == SUMMARY and inst.link_status == "connected"):
+                    continue
+                del settled[name]
             current = self._current(name, inst, now)
             if name in shown or not crowded:
                 self.off_since.pop(name, None)
@@ -71,7 +80,11 @@ class DetailTracker:
             else:
                 since = self.off_since.setdefault(name, now)
                 want = SUMMARY if now - since >= SUMMARY_AFTER else current
-            if want == current or not _can_ask(inst):
+            if want == current:
+                if want == SUMMARY and inst.detail_level == SUMMARY and now - self.changed_at.get(name, now) >= RECHECK:
+                    settled[name] = inst.connected_at  # asked, taken and said: the agent's word holds from here
+                continue
+            if not _can_ask(inst):
                 continue
             if now - self.changed_at.get(name, -1e9) < MIN_CHANGE:
                 continue
@@ -96,6 +109,7 @@ class DetailTracker:
             self.changed_at.pop(gone, None)
             self.off_since.pop(gone, None)
             self.misses.pop(gone, None)
+            self.settled.pop(gone, None)
         return sent
 
     def _current(self, name: str, inst: InstanceState, now: float) -> str:

@@ -248,3 +248,57 @@ def test_idleness_counts_seconds_at_summary() -> None:
         state.tick()
         assert state.get("a").status != "stale"  # type: ignore[union-attr]
     assert frames >= IDLE_WINDOW // 5
+
+
+def test_the_tracker_follows_hosts_it_stopped_looking_at() -> None:
+    """Out-of-view hosts whose agents said they took "summary" are not re-decided at every look, yet: one scrolled
+    into view is asked for "full" at once, one that reconnected (its agent starts at full) and one whose agent's
+    heartbeat says "full" again are asked for "summary" again."""
+    from console.detail import RECHECK, SUMMARY_AFTER, DetailTracker
+    from console.inventory import Instance
+
+    clock = [1000.0]
+    state = FleetState(clock=lambda: clock[0])
+    names = ["h%02d" % i for i in range(40)]
+    for name in names:
+        state.add_instance(Instance(name=name, host="127.0.0.1"))
+
+    def connect(name: str) -> None:
+        state.set_link_status(name, "connected", "")
+        state.apply_frame(name, {"type": "hello", "ts": 0, "v": 1, "pid": 1, "features": {"ops": ["detail"]}})
+
+    def beat(name: str, level: str) -> None:
+        frame = {"type": "heartbeat", "ts": clock[0], "seq": 1, "samples": 1, "sent": 0}
+        state.apply_frame(name, dict(frame, level=level) if level == "summary" else frame)
+
+    for name in names:
+        connect(name)
+    sent: list[tuple[str, str]] = []
+    tracker = DetailTracker(state, lambda n, lv: sent.append((n, lv)) or True, clock=lambda: clock[0])
+    view = names[:4]
+
+    def look(seconds: float, view: list[str]) -> list[tuple[str, str]]:
+        start = len(sent)
+        end = clock[0] + seconds
+        while clock[0] < end:
+            clock[0] += 0.5
+            tracker.update(view)
+            for name, level in sent[start:]:
+                beat(name, level)  # the agents take what they are asked
+        return sent[start:]
+
+    asked = look(SUMMARY_AFTER + 2, view)
+    assert sorted(asked) == sorted((n, "summary") for n in names[4:])
+    look(RECHECK + 2, view)  # the agents' heartbeats agree: settled
+    assert len(tracker.settled) == len(names) - 4 and look(5, view) == []
+
+    assert look(0.5, names[10:14]) == [(n, "full") for n in names[10:14]]  # scrolled into view: at once
+
+    state.set_link_status("h20", "unreachable", "gone")
+    clock[0] += 1
+    connect("h20")  # a new session: its agent sends everything again
+    beat("h20", "full")
+    assert ("h20", "summary") in look(2, names[10:14])
+
+    beat("h30", "full")  # its agent lost the level (same session): asked again once RECHECK says so
+    assert ("h30", "summary") in look(2, names[10:14])
