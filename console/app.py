@@ -46,8 +46,8 @@ from widgets.styles_cache import release_dead_line_caches
 
 FRAME_INTERVAL = 0.25  # seconds between repaints (4 Hz)
 LARGE_FLEET = 500  # instances: past this many the fleet view repaints every LARGE_FRAME_INTERVAL
-LARGE_FRAME_INTERVAL = 0.5  # (2 Hz: figures come once a second; an open instance stays at 4 Hz, keys at once)
-LARGE_PANE_BUDGET = 8  # grid panes repainted per frame there (16 a second: each of ~15 visible about once)
+LARGE_FRAME_INTERVAL = 1.0  # (1 Hz: figures come once a second; an open instance stays at 4 Hz, keys at once)
+LARGE_PANE_BUDGET = 16  # grid panes repainted per frame there (each of ~15 visible once a frame)
 TICK_INTERVAL = 1.0  # seconds between re-derivations of time-based states (stale, idle)
 DETAIL_INTERVAL = 0.5  # seconds between looks at what is in view (console/detail.py)
 LAY_OUT_RETRY = 0.1  # seconds between looks at whether the screen built in the background has mounted
@@ -132,7 +132,7 @@ class FleetApp(App):
         if theme and not self._theme_warning:
             remember_theme(chosen)
         self._last_tick = 0.0
-        self._painted_at = -1e9  # time.monotonic() when paint_frame last ran through (the large fleet's 2 Hz)
+        self._painted_at = -1e9  # time.monotonic() when paint_frame last ran through (the large fleet's 1 Hz)
         self.frames_held = 0  # frames that large fleet skipped
         # detail on demand (console/detail.py): agents of instances out of view send a summary
         send_detail = getattr(controller, "set_detail", None)
@@ -263,12 +263,12 @@ class FleetApp(App):
         self.frames_painted += 1
 
     def _frame_held(self, now: float) -> bool:
-        """In a fleet past ``LARGE_FLEET`` instances every other frame is held (2 Hz): a thousand hosts keep ~15 visible
-        panes changing, each repainted per frame it changed in, and each frame is a compositor pass over the
-        whole screen; at 2 Hz a pane's GPU, process and log frames of one second mostly land in one repaint
-        (bench/scale.py, docs/benchmarks.md). all-smi, the multi-host peer, slows to 6 s past 100 hosts. Not held:
-        an open instance whose figures changed (its live view stays at 4 Hz). Keys never wait for a frame (the
-        cursor and the detail pane follow at once)."""
+        """In a fleet past ``LARGE_FLEET`` instances three frames of four are held (1 Hz, the agents' sampling rate):
+        a thousand hosts keep ~15 visible panes changing, each repainted per frame it changed in, and each frame is
+        a compositor pass with a fixed cost of its own; at 1 Hz a pane's GPU, process and log frames of one second
+        land in one repaint and each sample is still shown (bench/scale.py, docs/benchmarks.md). all-smi, the
+        multi-host peer, slows to 6 s past 100 hosts. Not held: an open instance whose figures changed (its live
+        view stays at 4 Hz). Keys never wait for a frame (the cursor and the detail pane follow at once)."""
         if now - self._painted_at >= LARGE_FRAME_INTERVAL - FRAME_INTERVAL / 2:
             return False
         screen = self.screen if self.screen_stack else None
