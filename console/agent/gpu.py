@@ -32,7 +32,7 @@ cost a frame a second that nobody sees.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple, cast
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, cast
 
 from .frames import (
     FULL_EVERY,
@@ -241,6 +241,8 @@ class GpuSampler:
         self._sent_mapping: Optional[str] = None
         self.summary = False  # detail level "summary": slim frames only on change (``_summary_due``)
         self._sent_records: Optional[List[GpuDevice]] = None  # the devices of the last frame sent
+        self._sent_overview: Optional[Overview] = None  # their overview, once worked out (``_summary_due``)
+        self._overview: Optional[Overview] = None  # this sample's, when ``_summary_due`` worked it out
         self._sent_at = 0.0
         self._init()
 
@@ -341,7 +343,7 @@ class GpuSampler:
         self._last_records = records
         if self.summary and not full and not self._summary_due(records, now):
             return None  # nothing sent: the next slim frame is still relative to the last one sent
-        self._sent_records, self._sent_at = records, now
+        self._sent_records, self._sent_at, self._sent_overview = records, now, self._overview
         if full:
             for dev, record in zip(self.devices, records):
                 dev.sent_procs, dev.sent_mig = record["procs"], record.get("mig")
@@ -359,7 +361,7 @@ class GpuSampler:
         """At detail "summary": is this sample worth a frame (a device lost or back, its processes changed, a GPU
         changed class, an overview figure moved beyond its threshold since the last frame sent, or
         SUMMARY_EVERY passed)?"""
-        sent = self._sent_records
+        sent, self._overview = self._sent_records, None
         if sent is None or len(sent) != len(records) or now - self._sent_at >= SUMMARY_EVERY:
             return True
         for old, new in zip(sent, records):
@@ -369,12 +371,12 @@ class GpuSampler:
                 return True
         totals = [(dev.static or {}).get("mem_total") for dev in self.devices]
         memory = sum(t for t in totals if t)
-        was, now_ = overview(sent), overview(records)
-        was_power = was[3]
-        return (_moved(was[0], now_[0], SUMMARY_UTIL) or _moved(was[1], now_[1], SUMMARY_UTIL)
-                or _moved(was[2], now_[2], memory * SUMMARY_MEM if memory else 1 << 20)
-                or _moved(was_power, now_[3], max(1.0, abs(was_power or 0.0) * SUMMARY_POWER))
-                or _moved(was[4], now_[4], SUMMARY_TEMP))
+        was = self._sent_overview = self._sent_overview or overview(sent)
+        now_ = self._overview = overview(records)
+        return (_moved(was.util, now_.util, SUMMARY_UTIL) or _moved(was.mem_util, now_.mem_util, SUMMARY_UTIL)
+                or _moved(was.mem_used, now_.mem_used, memory * SUMMARY_MEM if memory else 1 << 20)
+                or _moved(was.power, now_.power, max(1.0, abs(was.power or 0.0) * SUMMARY_POWER))
+                or _moved(was.temp, now_.temp, SUMMARY_TEMP))
 
     def _driver_gone(self, message: str, now: float) -> Dict[str, Any]:
         """A device call said the driver is gone: state no_gpu, NVML initialized again after ``_retry`` s."""
@@ -527,17 +529,27 @@ class GpuSampler:
         return out
 
 
-def overview(records: List[GpuDevice]) -> Tuple[Optional[float], ...]:
+class Overview(NamedTuple):
     """What the console shows of a host out of view, from its live devices: mean util, mean mem_util, memory
     used, total power, the hottest GPU's temperature; None where no device says."""
+
+    util: Optional[float]
+    mem_util: Optional[float]
+    mem_used: Optional[float]
+    power: Optional[float]
+    temp: Optional[float]
+
+
+def overview(records: List[GpuDevice]) -> Overview:
+    """The ``Overview`` of ``records``."""
     live = [r for r in records if not r.get("lost")]
 
     def figures(key: str) -> List[float]:
         return [float(v) for v in (r.get(key) for r in live) if isinstance(v, (int, float))]
 
     util, mem_util, used, power, temp = (figures(k) for k in ("util", "mem_util", "mem_used", "power", "temp"))
-    return (sum(util) / len(util) if util else None, sum(mem_util) / len(mem_util) if mem_util else None,
-            sum(used) if used else None, sum(power) if power else None, max(temp) if temp else None)
+    return Overview(sum(util) / len(util) if util else None, sum(mem_util) / len(mem_util) if mem_util else None,
+                    sum(used) if used else None, sum(power) if power else None, max(temp) if temp else None)
 
 
 def _util_class(record: GpuDevice) -> int:
