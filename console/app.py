@@ -464,18 +464,20 @@ class FleetApp(App):
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if isinstance(event.input, FilterBar):
-            self.grid.set_query(event.value)
-            self.update_header()
-            self._poll_now(FleetTable, DetailPane)
+            self._apply_filter(event.value)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if isinstance(event.input, FilterBar):
             if not event.value:
                 event.input.remove_class("-shown")
-            self.grid.set_query(event.value)
             self.fleet_view().focus()
-            self.update_header()
-            self._poll_now(FleetTable, DetailPane)
+            self._apply_filter(event.value)
+
+    def _apply_filter(self, query: str) -> None:
+        """The filter as typed: the grid narrows down, the header counts it, the table and detail pane follow now."""
+        self.grid.set_query(query)
+        self.update_header()
+        self._poll_now(FleetTable, DetailPane)
 
     # -- actions -------------------------------------------------------------------------------------
     def action_help(self) -> None:
