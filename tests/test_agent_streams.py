@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import queue
@@ -229,8 +230,28 @@ def test_at_summary_a_heartbeat_goes_out_only_when_nothing_else_did(tmp_path):
         assert len(beats) == 1 and beats[0]["level"] == "summary", beats  # the level, then nothing more
         quiet = _frames_for(agent, 3.0)  # the GPU holds still: a summary every 5 s only
         assert len([f for f in quiet if f["type"] == "heartbeat" and f.get("level") == "summary"]) >= 3
+        seen = [f["ts"] for f in quiet if not (f["type"] == "result" and f.get("id") == 0)]  # what the console counts
+        gaps = [b - a for a, b in itertools.pairwise(seen)]
+        assert max(gaps) < 0.5 * 1.5, gaps  # never near the console's stale limit (two heartbeat intervals)
         agent.request({"id": 2, "op": "detail", "args": {"level": "full"}})
         agent.next(lambda f: f["type"] == "result" and f["id"] == 2)
         agent.next(lambda f: f["type"] == "heartbeat" and "level" not in f, timeout=1.0)
     finally:
         agent.stop()
+
+
+def test_the_answer_to_a_ping_is_not_a_sign_of_life_the_console_counts():
+    """The console drops the answers to its id-0 pings before its state sees them, so they must not put off a
+    heartbeat at "summary" (a quiet host would go STALE): the writer notes them apart."""
+    import io
+
+    from console.agent.protocol import FrameWriter
+
+    writer = FrameWriter(io.BytesIO())
+    writer.send("heartbeat", seq=1, samples=1, sent=0)
+    counted = writer.delivered_at
+    time.sleep(0.01)
+    writer.send("result", id=0, ok=True, data={"pong": True})
+    assert writer.sent_at > counted and writer.delivered_at == counted
+    writer.send("result", id=7, ok=True, data={})
+    assert writer.delivered_at == writer.sent_at

@@ -34,6 +34,7 @@ SUMMARY_PROCS_EVERY = 5.0  # seconds between process samples at "summary" (the b
 # it is sent when nothing else went out for a heartbeat interval, right after a level change (it says the level),
 # and at least this often. 6 of a quiet host's 14 frames in 30 s were heartbeats (bench/scale.py's recording).
 SUMMARY_HEARTBEAT_EVERY = 30.0
+HEARTBEAT_SLACK = 0.05  # seconds: a heartbeat due this close to a heartbeat interval after the last frame goes now
 PING_QUIET = 5.0  # the console's watchdog ping (id 0) is answered only after this long without a frame sent
 
 
@@ -106,10 +107,12 @@ class Agent:
         self.samples += 1
 
     def _heartbeat_due(self, now: float, hb_interval: float) -> bool:
-        """Always at "full"; at "summary" only when it says something (SUMMARY_HEARTBEAT_EVERY)."""
+        """Always at "full"; at "summary" when the console saw no other frame for a heartbeat interval (its stale
+        check), and at least every SUMMARY_HEARTBEAT_EVERY s."""
         if self.level == "full" or self._heartbeat_level != self.level:
             return True
-        return now - self.writer.sent_at >= hb_interval or now - self._heartbeat_at >= SUMMARY_HEARTBEAT_EVERY
+        return (now - self.writer.delivered_at >= hb_interval - HEARTBEAT_SLACK
+                or now - self._heartbeat_at >= SUMMARY_HEARTBEAT_EVERY)
 
     def _summary_procs(self) -> Optional[Dict[str, Any]]:
         now = time.monotonic()
@@ -251,7 +254,9 @@ class Agent:
                     extra = {"level": self.level} if self.level != "full" else {}
                     self.writer.send("heartbeat", seq=seq, samples=self.samples, sent=self.writer.bytes_sent, **extra)
                     self._heartbeat_at, self._heartbeat_level = now, self.level
-                next_hb = now + hb_interval
+                    next_hb = now + hb_interval
+                else:  # due a heartbeat interval after the last frame the console saw: no gap grows past one
+                    next_hb = max(now, self.writer.delivered_at) + hb_interval
             wake = min(next_sample, next_log, next_hb)
             self.stop_event.wait(max(0.0, wake - time.monotonic()))
         self._pool.shutdown(wait=False)

@@ -369,6 +369,9 @@ class FrameWriter:
         self._lock = threading.Lock()
         self.bytes_sent = 0
         self.sent_at = 0.0
+        # the last frame the console passes on to its state: all but the answers to id-0 requests (its pings),
+        # which it drops; what its stale check sees (the heartbeat at detail "summary" goes by it)
+        self.delivered_at = 0.0
         self.closed = False
 
     def send(self, frame_type: str, **fields: Any) -> None:
@@ -386,3 +389,5 @@ class FrameWriter:
                 return
             self.bytes_sent += len(data)
             self.sent_at = time.monotonic()
+            if frame_type != "result" or fields.get("id") != 0:
+                self.delivered_at = self.sent_at
