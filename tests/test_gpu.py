@@ -525,3 +525,26 @@ def test_summary_sends_what_the_overview_shows(nvml_in_process, monkeypatch):
     assert not sent([70, 60, 75, 63, 70, 66, 64, 4], temps=[70, 71, 69, 74, 70, 70, 69, 70], power_w=[400] * 8)
     assert sent([70, 60, 75, 63, 70, 66, 64, 4], temps=[70, 71, 69, 74, 70, 70, 69, 70], power_w=[400] * 8,
                 procs={2: [{"pid": 4242, "mem_mib": 100}]}), "a process started on a GPU"
+
+
+def test_summary_compares_with_what_was_last_sent_also_across_full(nvml_in_process, monkeypatch):
+    """Back at "summary" after a stretch at "full", a move is judged against the figures the console last got (the
+    full level's), not the last summary's: a host that went from 20 % to 90 % while shown and drops back to 20 %
+    once out of view says so at once."""
+    monkeypatch.setattr(gpu_mod, "SUMMARY_EVERY", 3600.0)
+
+    def at(util):
+        nvml_in_process.write(state([device(i, util=util) for i in range(4)]))
+        return sampler.sample()
+
+    nvml_in_process.write(state([device(i, util=20) for i in range(4)]))
+    sampler = GpuSampler(REAL)
+    assert sampler.sample()["full"]
+    sampler.summary = True
+    assert at(20) is None
+    sampler.summary = False  # shown: every sample is sent
+    assert at(90) is not None
+    sampler.summary = True
+    assert at(90) is None, "nothing moved since the last frame sent"
+    frame = at(20)
+    assert frame is not None and [d["util"] for d in frame["devices"]] == [20] * 4

@@ -304,6 +304,7 @@ class GpuSampler:
 
     def sample(self) -> Optional[Dict[str, Any]]:
         now = time.monotonic()
+        self._overview = None  # this sample's, should ``_summary_due`` work it out (a full frame does not)
         if self.state != "ok":
             if not self._initialized and now >= self._next_init and self.nvml is not None:
                 self._init()
