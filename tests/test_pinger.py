@@ -4,6 +4,7 @@ a session that goes is no longer pinged; the timer stops with the last one (noth
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 
 from console.link.pinger import SLOTS, pinger
@@ -38,7 +39,7 @@ async def test_every_session_is_pinged_every_period_from_one_timer() -> None:
     await asyncio.sleep(every * 3.1)
     for s in sessions:
         assert 2 <= len(s.at) <= 4 and s.at[0] - t0 <= every + 0.15, s.at
-        assert all(abs((b - a) - every) < 0.15 for a, b in zip(s.at, s.at[1:], strict=False)), s.at
+        assert all(abs((b - a) - every) < 0.15 for a, b in itertools.pairwise(s.at)), s.at
     assert len({round(s.at[0] - t0, 1) for s in sessions}) == SLOTS  # spread over the period, not all at once
 
     gone = sessions.pop()
@@ -49,3 +50,35 @@ async def test_every_session_is_pinged_every_period_from_one_timer() -> None:
     for s in [*sessions, broken]:
         pings.discard(s)
     assert len(pings) == 0 and pings._timer is None  # nothing left scheduled
+
+
+async def test_a_session_added_twice_is_pinged_once_and_goes_with_one_discard() -> None:
+    pings = pinger(0.2)
+    pipe = Pipe()
+    pings.add(pipe)
+    pings.add(pipe)
+    await asyncio.sleep(0.5)
+    assert 2 <= len(pipe.at) <= 3 and all(b - a > 0.1 for a, b in itertools.pairwise(pipe.at)), pipe.at
+    pings.discard(pipe)
+    n = len(pipe.at)
+    await asyncio.sleep(0.3)
+    assert len(pipe.at) == n and len(pings) == 0
+
+
+def test_a_loop_that_is_gone_leaves_no_pinger() -> None:
+    """Each ``asyncio.run`` (the command line, tests) is a loop of its own: its pinger goes with it."""
+    import gc
+
+    from console.link.pinger import _PINGERS
+
+    async def use() -> None:
+        pings = pinger(1.0)
+        pipe = Pipe()
+        pings.add(pipe)
+        pings.discard(pipe)
+
+    before = len(_PINGERS)
+    for _ in range(3):
+        asyncio.run(use())
+    gc.collect()
+    assert len(_PINGERS) == before

@@ -24,9 +24,8 @@ class Pinger:
     """``add(session)`` / ``discard(session)``: the sessions pinged every ``every`` seconds (the first ping within
     that long); anything with ``write(bytes)`` is a session; a write that fails is the session's reader's news."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, every: float) -> None:
-        self.loop = loop
-        self.every = every
+    def __init__(self, every: float) -> None:
+        self.every = every  # (the loop is not held: this pinger goes with it, see ``pinger``)
         self.slots: list[dict[Any, None]] = [{} for _ in range(SLOTS)]  # insertion-ordered sets
         self._slot_of: dict[Any, int] = {}
         self._next_slot = 0  # where the next session goes (round robin: the groups stay even)
@@ -35,13 +34,16 @@ class Pinger:
         self._due = 0.0  # the loop time of the next tick (ticks keep to their schedule, late ones do not add up)
 
     def add(self, session: Any) -> None:
+        if session in self._slot_of:
+            return
         slot = self._next_slot
         self._next_slot = (slot + 1) % SLOTS
         self.slots[slot][session] = None
         self._slot_of[session] = slot
         if self._timer is None:
-            self._due = self.loop.time() + self.every / SLOTS
-            self._timer = self.loop.call_at(self._due, self._tick)
+            loop = asyncio.get_running_loop()
+            self._due = loop.time() + self.every / SLOTS
+            self._timer = loop.call_at(self._due, self._tick)
 
     def discard(self, session: Any) -> None:
         slot = self._slot_of.pop(session, None)
@@ -63,17 +65,18 @@ class Pinger:
         if not self._slot_of:
             self._timer = None
             return
-        self._due = max(self._due + self.every / SLOTS, self.loop.time())
-        self._timer = self.loop.call_at(self._due, self._tick)
+        loop = asyncio.get_running_loop()
+        self._due = max(self._due + self.every / SLOTS, loop.time())
+        self._timer = loop.call_at(self._due, self._tick)
 
 
 _PINGERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Pinger] = weakref.WeakKeyDictionary()
 
 
 def pinger(every: float) -> Pinger:
-    """The running loop's pinger (made at first use)."""
+    """The running loop's pinger (made at first use; forgotten with the loop, which alone holds it)."""
     loop = asyncio.get_running_loop()
     found = _PINGERS.get(loop)
     if found is None:
-        found = _PINGERS[loop] = Pinger(loop, every)
+        found = _PINGERS[loop] = Pinger(every)
     return found
