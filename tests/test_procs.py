@@ -305,6 +305,9 @@ def test_out_of_descriptors_is_not_a_process_exit(children, monkeypatch):
 
 def test_a_change_held_back_by_resend_is_sent_later(children, monkeypatch):
     child = children(["sleep", "300"])
+    # past its start-up (exec, dynamic loading): a reading then finds nothing new (a loaded CI read it mid-exec)
+    _until(lambda: [r for r in read_process_table({"proc_root": child.pid}) if r["name"] == "sleep"])
+    time.sleep(0.2)
     sampler = ProcSampler({"proc_root": child.pid}, backend="proc")
     assert child.pid in _apply({}, sampler.sample({}))
     entry = sampler._entries[child.pid]

@@ -94,6 +94,7 @@ STAT_MAX_AGE = 60.0  # a single-threaded process that did not run (schedstat): i
 # was, so nothing says it changed. Its name and cmdline are read again at its next changed reading (exec changes
 # its stat) while the previous read was within this many seconds of its start, however far apart the samples.
 EXEC_SETTLE = 2.0
+SETTLE_AGE = EXEC_SETTLE + 1.0  # ... by its start, which is a second early where the boot time is /proc/stat's
 SUMMARY_RESEND = 30.0  # detail "summary": the subset frame comes again this often (fresh cpu/rss) if unchanged
 HOLD_FDS = 1024  # /proc/PID/{stat,schedstat} files kept open between readings (at most a quarter of RLIMIT_NOFILE)
 
@@ -402,7 +403,8 @@ class _Reader:
         entry.raw = data
         entry.threads = _threads(data)
         comm, state, ppid, flags, ticks, start_ticks, rss, _ = st
-        if comm != entry.comm and start_ticks == entry.start_ticks:  # exec'd: new name and cmdline
+        exec_seen = comm != entry.comm and start_ticks == entry.start_ticks
+        if exec_seen:  # exec'd: new name and cmdline
             entry.comm = comm
             self._static(entry, comm)
         if start_ticks != entry.start_ticks:  # new process (or pid reused): static fields again
@@ -417,10 +419,11 @@ class _Reader:
             if entry.kthread:
                 self.release(entry)  # read every OUTSIDE_PERIOD only: not worth a held file
             self._static(entry, comm)
-            entry.settling = not entry.kthread and wall - entry.start < EXEC_SETTLE
+            entry.settling = not entry.kthread and wall - entry.start < SETTLE_AGE
         elif entry.settling:  # read when young: it may have exec'd into the same program since
-            self._static(entry, comm)
-            entry.settling = wall - entry.start < EXEC_SETTLE
+            if not exec_seen:
+                self._static(entry, comm)
+            entry.settling = wall - entry.start < SETTLE_AGE
         state_changed = state != entry.state
         entry.ppid, entry.state, entry.rss = ppid, state, rss
         seconds = ticks / CLK_TCK
@@ -486,7 +489,7 @@ class _Reader:
                 if start != entry.start_ticks or entry.settling:  # new, or read when young (EXEC_SETTLE)
                     if start != entry.start_ticks:
                         entry.read_at, entry.cpu, entry.first_seen = 0.0, None, now
-                    entry.settling = wall - start < EXEC_SETTLE
+                    entry.settling = wall - start < SETTLE_AGE
                     entry.start_ticks = start
                     entry.start = round(start, 2)
                     entry.name = proc.name()
