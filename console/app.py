@@ -234,7 +234,7 @@ class FleetApp(App):
         if large and self._frame_held(clock):
             return
         self._painted_at = clock
-        if now - self._last_tick >= TICK_INTERVAL:
+        if now - self._last_tick >= TICK_INTERVAL - FRAME_INTERVAL / 2:  # (each paint of the large fleet's 1 Hz)
             self._last_tick = now
             state.tick(now)
             # panes whose text ages by itself ("last seen 2m ago", "restarted 40s ago") repaint each second
