@@ -66,19 +66,24 @@ async def test_a_session_added_twice_is_pinged_once_and_goes_with_one_discard() 
 
 
 def test_a_loop_that_is_gone_leaves_no_pinger() -> None:
-    """Each ``asyncio.run`` (the command line, tests) is a loop of its own: its pinger goes with it."""
+    """Each ``asyncio.run`` (the command line, tests) is a loop of its own: its pinger does not keep it alive."""
     import gc
+    import weakref
 
     from console.link.pinger import _PINGERS
 
+    loops = []
+
     async def use() -> None:
+        loop = asyncio.get_running_loop()
+        loops.append(weakref.ref(loop))
         pings = pinger(1.0)
         pipe = Pipe()
         pings.add(pipe)
         pings.discard(pipe)
+        assert _PINGERS.get(loop) is pings
 
-    before = len(_PINGERS)
     for _ in range(3):
         asyncio.run(use())
     gc.collect()
-    assert len(_PINGERS) == before
+    assert [ref() for ref in loops] == [None, None, None]  # gone, and with them their registry entries

@@ -105,7 +105,9 @@ def test_full_tree_then_changes(backend, children):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_stopped_state_and_gpu_mem(backend, children):
     child = children(["sleep", "300"])
-    _until(lambda: [r for r in read_process_table({"proc_root": child.pid}) if r["name"] == "sleep"])
+    # past its start-up (a loaded CI read it running, still loading): asleep
+    _until(lambda: [r for r in read_process_table({"proc_root": child.pid})
+                    if r["name"] == "sleep" and r["state"] == "S"])
     sampler = ProcSampler({"proc_root": child.pid}, backend=backend)
     table = _apply({}, sampler.sample({}))
     assert table[child.pid]["state"] == "S" and table[child.pid]["gpu_mem"] is None
