@@ -242,7 +242,7 @@ class GpuSampler:
         self.summary = False  # detail level "summary": slim frames only on change (``_summary_due``)
         self._sent_records: Optional[List[GpuDevice]] = None  # the devices of the last frame sent
         self._sent_overview: Optional[Overview] = None  # their overview, once worked out (``_summary_due``)
-        self._overview: Optional[Overview] = None  # this sample's, when ``_summary_due`` worked it out
+        self._overview: Optional[Overview] = None  # this sample's, if ``_summary_due`` worked it out (``sample`` resets)
         self._sent_at = 0.0
         self._init()
 
@@ -362,7 +362,7 @@ class GpuSampler:
         """At detail "summary": is this sample worth a frame (a device lost or back, its processes changed, a GPU
         changed class, an overview figure moved beyond its threshold since the last frame sent, or
         SUMMARY_EVERY passed)?"""
-        sent, self._overview = self._sent_records, None
+        sent = self._sent_records
         if sent is None or len(sent) != len(records) or now - self._sent_at >= SUMMARY_EVERY:
             return True
         for old, new in zip(sent, records):

@@ -92,9 +92,9 @@ STAT_MAX_AGE = 60.0  # a single-threaded process that did not run (schedstat): i
 # A process first read in its first moments may not have exec'd yet: between fork and exec it shows its parent's
 # cmdline, and exec into the same program (bash -> bash benchmark.sh, python -> python bench.py) leaves comm as it
 # was, so nothing says it changed. Its name and cmdline are read again at its next changed reading (exec changes
-# its stat) while the previous read was within this many seconds of its start, however far apart the samples.
-EXEC_SETTLE = 2.0
-SETTLE_AGE = EXEC_SETTLE + 1.0  # ... by its start, which is a second early where the boot time is /proc/stat's
+# its stat) while the previous read was within this many seconds of its start, however far apart the samples
+# (2 s, and a second for a start that is a second early where the boot time falls back to /proc/stat's btime).
+EXEC_SETTLE = 3.0
 SUMMARY_RESEND = 30.0  # detail "summary": the subset frame comes again this often (fresh cpu/rss) if unchanged
 HOLD_FDS = 1024  # /proc/PID/{stat,schedstat} files kept open between readings (at most a quarter of RLIMIT_NOFILE)
 
@@ -419,11 +419,11 @@ class _Reader:
             if entry.kthread:
                 self.release(entry)  # read every OUTSIDE_PERIOD only: not worth a held file
             self._static(entry, comm)
-            entry.settling = not entry.kthread and wall - entry.start < SETTLE_AGE
+            entry.settling = not entry.kthread and wall - entry.start < EXEC_SETTLE
         elif entry.settling:  # read when young: it may have exec'd into the same program since
             if not exec_seen:
                 self._static(entry, comm)
-            entry.settling = wall - entry.start < SETTLE_AGE
+            entry.settling = wall - entry.start < EXEC_SETTLE
         state_changed = state != entry.state
         entry.ppid, entry.state, entry.rss = ppid, state, rss
         seconds = ticks / CLK_TCK
@@ -489,7 +489,7 @@ class _Reader:
                 if start != entry.start_ticks or entry.settling:  # new, or read when young (EXEC_SETTLE)
                     if start != entry.start_ticks:
                         entry.read_at, entry.cpu, entry.first_seen = 0.0, None, now
-                    entry.settling = wall - start < SETTLE_AGE
+                    entry.settling = wall - start < EXEC_SETTLE
                     entry.start_ticks = start
                     entry.start = round(start, 2)
                     entry.name = proc.name()
