@@ -242,7 +242,7 @@ class GpuSampler:
         self.summary = False  # detail level "summary": slim frames only on change (``_summary_due``)
         self._sent_records: Optional[List[GpuDevice]] = None  # the devices of the last frame sent
         self._sent_overview: Optional[Overview] = None  # their overview, once worked out (``_summary_due``)
-        self._overview: Optional[Overview] = None  # this sample's, if ``_summary_due`` worked it out (``sample`` resets)
+        self._overview: Optional[Overview] = None  # this sample's, if ``_summary_due`` made it (``sample`` resets it)
         self._sent_at = 0.0
         self._init()
 
