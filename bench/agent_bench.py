@@ -56,8 +56,8 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from console.agent import config as agent_config  # noqa: E402
-from console.agent import nvml_sim  # noqa: E402
+from console.agent.sample import nvml_sim  # noqa: E402
+from console.agent.wire import config as agent_config  # noqa: E402
 
 # A reference that does less than one sample's work: the process table through psutil, no GPUs, no wchan.
 PSUTIL_SNAPSHOT = (
@@ -73,8 +73,8 @@ def same_work_poll(state_file: str) -> str:
     process read in full, as any first sample must) and writes the two frames to stdout, as the agent would."""
     return (
         "import sys; sys.path.insert(0, %r); "
-        "from console.agent.gpu import GpuSampler; from console.agent.procs import ProcSampler; "
-        "from console.agent.protocol import FrameWriter; "
+        "from console.agent.sample.gpu import GpuSampler; from console.agent.sample.procs import ProcSampler; "
+        "from console.agent.wire.protocol import FrameWriter; "
         "c = {'gpu': {'simulate': {'gpus': 8, 'state_file': %r}}}; g = GpuSampler(c); p = ProcSampler(c); "
         "w = FrameWriter(); w.send('gpu', **g.sample()); w.send('procs', **p.sample(g.memory_by_pid()))"
     ) % (str(ROOT), state_file)
@@ -220,7 +220,7 @@ class _StubNvml:
 def sim_overhead(state_file: str, pids: list, samples: int, pace: float = 0.5) -> dict:
     """CPU ms per 8-GPU sample of the GPU sampler over nvml_sim and over a constant stub, here, at a slow pace
     (as in the agent: caches go cold between samples); their difference is the simulator's own cost."""
-    from console.agent.gpu import GpuSampler
+    from console.agent.sample.gpu import GpuSampler
 
     sim = GpuSampler({"gpu": {"simulate": {"gpus": 8, "state_file": state_file}}})
     stub = GpuSampler({}, module=_StubNvml(8, pids))

@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from console.agent import config as agent_config
-from console.agent import diagnose as dg
+from console.agent.diagnosis import diagnose as dg
+from console.agent.wire import config as agent_config
 
 LINES = [
     "[INFO|trainer.py:2144] 2024-10-02 17:58:21,551 >>   Total optimization steps = 1,752\n",

@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from console.core.state import FleetState
 from console.inventory import Instance
-from console.state import FleetState
 
 GPUS = 8
 CHANGED_PER_PAINT = 175

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale import key_latency
 from ui_bench import BenchFleet
 
-from console.app import FleetApp
+from console.ui.app import FleetApp
 from widgets.instance_screen import InstanceScreen
 
 

@@ -39,9 +39,9 @@ sys.path.insert(0, str(ROOT))
 import httpx2  # noqa: E402
 import psutil  # noqa: E402
 
+from console.core.state import FleetState  # noqa: E402
 from console.inventory.records import SourceSpec  # noqa: E402
 from console.sources.prometheus import PrometheusSource  # noqa: E402
-from console.state import FleetState  # noqa: E402
 from tests.test_prometheus_source import Exporter, exposition, start_prometheus, stop  # noqa: E402
 
 
@@ -138,9 +138,9 @@ async def drive_tui(fleet_path: Path, hosts: int, interval: float, others: dict[
     """The console on ``fleet_path`` (one Prometheus source), measured as scale.py's ``drive_console`` does;
     ``others``: name -> pid of the processes whose CPU over the steady window is reported beside it."""
     from bench.scale import cpu_pct, gpus_in, grid_key_figures, visit_figures
-    from console.app import FleetApp
-    from console.controller import FleetController
+    from console.core.controller import FleetController
     from console.inventory import load_fleet
+    from console.ui.app import FleetApp
 
     out: dict[str, Any] = {"hosts": hosts, "interval_s": interval}
     fleet = load_fleet(fleet_path)

@@ -4,7 +4,7 @@ Why a replay host: a thousand real agents do not fit on one box, but the console
 receives (SSH packets, JSON lines, state updates, paints), not in who produced them.  So:
 
 1. **Record** (once per run, ``--record-seconds``, default 30): the real agent (``python -m console.agent``)
-   runs here with 8 simulated GPUs (``gpu.simulate``, ``console/agent/nvml_sim.py``) over a small workload
+   runs here with 8 simulated GPUs (``gpu.simulate``, ``console/agent/sample/nvml_sim.py``) over a small workload
    (a log that grows, short-lived child processes: churn in the process table); its stdout lines are kept:
    that long at detail "full", then as long at "summary" (op ``detail``, what the console asks of a host out
    of view: GPU frames on change, the benchmark's processes every 5 s, log lines held).
@@ -339,7 +339,7 @@ class ReplayHost:
         return b"".join(out)
 
     async def _tick(self) -> None:
-        from console.agent.logs import hold_frames
+        from console.agent.sample.logs import hold_frames
 
         r, rs = self.replay, self.summary
         while True:
@@ -560,9 +560,9 @@ async def drive_console(fleet_path: Path, hosts: int, replay_pid: int | None, *,
     """Run the console on ``fleet_path`` and measure; the replay host's CPU from ``replay_pid``."""
     import psutil
 
-    from console.app import FleetApp
-    from console.controller import FleetController
+    from console.core.controller import FleetController
     from console.inventory import load_fleet
+    from console.ui.app import FleetApp
 
     out: dict[str, Any] = {"hosts": hosts}
     fleet = load_fleet(fleet_path)
@@ -579,7 +579,7 @@ async def drive_console(fleet_path: Path, hosts: int, replay_pid: int | None, *,
         out["gpus"] = got
         out["all_gpus_s"] = round(time.monotonic() - t_start, 1) if got >= want else None
         await asyncio.sleep(2.0)  # past the connect storm
-        if detail:  # the hosts out of view at "summary" (console/detail.py), the steady state of a big fleet
+        if detail:  # the hosts out of view at "summary" (console/core/detail.py), the steady state of a big fleet
             out["summary_hosts"] = await settle_detail(app, hosts, timeout=60.0)
             out["detail_settled_s"] = round(time.monotonic() - t_start, 1)
         workers = [psutil.Process(pid) for pid in (controller.shards.pids if controller.shards else [])]

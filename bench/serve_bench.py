@@ -33,8 +33,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("FLEET_CONSOLE_STATE_DIR", tempfile.mkdtemp(prefix="fleet-serve-bench-"))
 
-from console.history import History
 from console.inventory import BenchmarkSpec, Fleet, Instance
+from console.monitor.history import History
 from console.serve import MonitoredController, Monitoring
 
 GIB = 2**30
@@ -135,7 +135,7 @@ async def run_serve(seconds: float, instances: int, gpus: int, history_dir: Path
     # scrape latency on its own (no frames arriving meanwhile), 20 times
     alone = [(await asyncio.to_thread(scrape, url))[0] for _ in range(20)]
     render = monitoring.server.last_scrape_seconds
-    from console.metrics import render_text
+    from console.monitor.metrics import render_text
 
     cpu1 = time.process_time()
     for _ in range(10):

@@ -24,9 +24,9 @@ os.environ.setdefault("FLEET_CONSOLE_CONFIG_DIR", tempfile.mkdtemp(prefix="fleet
 
 import psutil
 
-from console.app import FleetApp
-from console.controller import FleetController
+from console.core.controller import FleetController
 from console.demo.fleet import start_demo
+from console.ui.app import FleetApp
 from widgets.instance_screen import InstanceScreen
 
 MB = 2**20

@@ -34,9 +34,9 @@ os.environ.setdefault("FLEET_CONSOLE_CONFIG_DIR", tempfile.mkdtemp(prefix="fleet
 
 import psutil
 
-from console.app import FleetApp
+from console.core.state import FleetState
 from console.inventory import Instance
-from console.state import FleetState
+from console.ui.app import FleetApp
 from widgets.fleet_grid import FleetGrid
 
 GIB = 2**30

@@ -8,8 +8,8 @@ import json
 import sys
 from typing import Any
 
-from console.actions import ActionError
-from console.controller import FleetController, describe_restart
+from console.core.actions import ActionError
+from console.core.controller import FleetController, describe_restart
 from console.inventory import ConfigError, Fleet, find_fleet_file, load_fleet
 
 SEVERITY_ORDER = {"critical": 0, "error": 1, "warning": 2, "info": 3}
@@ -54,8 +54,8 @@ def dispatch(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     fleet = _load(args)
-    from console.app import FleetApp
     from console.serve import tui_controller  # history, alerts, and --metrics-port / --record when asked
+    from console.ui.app import FleetApp
 
     try:
         controller = tui_controller(args, fleet, read_only=args.read_only, watch=True)
@@ -85,13 +85,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from console.record import run_replay
+    from console.monitor.record import run_replay
 
     return run_replay(args)
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from console.history import run_history
+    from console.monitor.history import run_history
 
     return run_history(args)
 
@@ -112,8 +112,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 async def _check_connect(fleet: Fleet, timeout: float) -> int:
     """Log in to every instance in parallel (starting nothing there): one line each, exit 1 unless all are ok."""
+    from console.core.status import LINK_LABELS
     from console.link import SshLink
-    from console.status import LINK_LABELS
 
     def ignore(*_: Any) -> None:
         return None

@@ -25,10 +25,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from console.audit import AuditLog
-from console.controller import FleetController
+from console.core.audit import AuditLog
+from console.core.controller import FleetController
+from console.core.state import FleetState
 from console.inventory import Fleet
-from console.state import FleetState
 
 log = logging.getLogger("fleet_console")
 
@@ -201,7 +201,7 @@ class Monitoring:
         self.metrics_at = metrics
         self.history_path: Path | None = None
         if history:
-            from console.history import default_history_path
+            from console.monitor.history import default_history_path
 
             self.history_path = history if isinstance(history, Path) else default_history_path()
         self.history_days = history_days
@@ -272,7 +272,7 @@ class Monitoring:
         self.controller = controller
         if self.history_path is not None:
             try:
-                from console.history import DEFAULT_MAX_DAYS, History
+                from console.monitor.history import DEFAULT_MAX_DAYS, History
 
                 self.history = History(self.history_path, max_days=self.history_days or DEFAULT_MAX_DAYS)
                 self.state.observe(_HistoryObserver(self.history))
@@ -280,14 +280,14 @@ class Monitoring:
             except Exception as exc:  # no history is no reason to stop watching the fleet
                 log.warning("history off: cannot open %s: %s", self.history_path, exc)
         if self.record_path is not None:
-            from console.record import Recorder
+            from console.monitor.record import Recorder
 
             self.recorder = Recorder(self.record_path, self.fleet, clock=self.state.clock)
             self.state.observe(self.recorder)
             for name, inst in self.state.instances.items():  # what the state already holds
                 self.recorder.on_link(name, inst.link_status, inst.link_detail, self.state.clock())
             log.info("recording every frame to %s", self.record_path)
-        from console.alerts import AlertEngine, fleet_alerts
+        from console.monitor.alerts import AlertEngine, fleet_alerts
 
         rules = fleet_alerts(self.fleet) if self.want_alerts else []
         if rules:
@@ -295,7 +295,7 @@ class Monitoring:
             self.alerts.start()
             log.info("%d alert rules, %d webhooks", len(rules), len(self.alerts.senders))
         if self.metrics_at is not None:
-            from console.metrics import FleetCollector, MetricsServer
+            from console.monitor.metrics import FleetCollector, MetricsServer
 
             collector = FleetCollector(self.state, lambda: self.counters, clock=self.state.clock)
             self.server = MetricsServer(collector, *self.metrics_at)
@@ -442,7 +442,7 @@ async def run_fleet_headless(
 
 def parse_bind(value: str | None, port: int | None, default_port: int | None) -> tuple[str, int] | None:
     """``--metrics-bind HOST`` and ``--metrics-port N`` as (host, port); None when no port is asked for."""
-    from console.metrics import DEFAULT_BIND
+    from console.monitor.metrics import DEFAULT_BIND
 
     if port is None:
         port = default_port
@@ -477,7 +477,7 @@ def run_serve(args: argparse.Namespace) -> int:
     """``fleet-console serve``: links, state, history, alerts, exporter; until SIGTERM/SIGINT."""
     from console.commands import _load, fail
     from console.inventory import ConfigError
-    from console.metrics import DEFAULT_PORT
+    from console.monitor.metrics import DEFAULT_PORT
 
     setup_logging()
     fleet: Fleet | None = None
@@ -511,7 +511,7 @@ def run_serve(args: argparse.Namespace) -> int:
         controller.auto_diagnose = False  # serve's automatic diagnosis is the monitoring's (--no-auto-diagnose)
         return controller
 
-    # a fleet file: SIGHUP reloads it (console/fleet_watch.py takes the signal once the links start; until
+    # a fleet file: SIGHUP reloads it (console/core/fleet_watch.py takes the signal once the links start; until
     # then it is ignored, not fatal); the demo has no file, so there SIGHUP stops serve as TERM does
     stop_signals = (signal.SIGTERM, signal.SIGINT) + ((signal.SIGHUP,) if args.demo else ())
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from console.agent import config as agent_config
-from console.agent import nvml_sim
+from console.agent.sample import nvml_sim
+from console.agent.wire import config as agent_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -245,7 +245,7 @@ def test_the_answer_to_a_ping_is_not_a_sign_of_life_the_console_counts():
     heartbeat at "summary" (a quiet host would go STALE): the writer notes them apart."""
     import io
 
-    from console.agent.protocol import FrameWriter
+    from console.agent.wire.protocol import FrameWriter
 
     writer = FrameWriter(io.BytesIO())
     writer.send("heartbeat", seq=1, samples=1, sent=0)

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from console import agentless as al
+from console.core.state import FleetState
 from console.inventory import Instance
 from console.link import SshLink
-from console.state import FleetState
 from tests.conftest import ssh_instance
 from tests.recorder import Recorder
 from tests.sshd import Sshd

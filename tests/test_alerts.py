@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from console import alerts as alerts_mod
-from console.alerts import AlertEngine, fleet_alerts
 from console.inventory import BenchmarkSpec, ConfigError, Fleet, load_fleet
 from console.inventory.schema import AlertSpec
+from console.monitor import alerts as alerts_mod
+from console.monitor.alerts import AlertEngine, fleet_alerts
 from console.serve import MonitoredController, Monitoring
 from tests.conftest import ssh_instance
 from tests.sshd import Sshd
@@ -139,8 +139,8 @@ def test_bad_alert_rows_are_one_line_with_file_and_line(tmp_path: Path, text: st
 def test_the_alert_statuses_are_the_status_table() -> None:
     import typing
 
+    from console.core.status import STATUSES
     from console.inventory.schema import StatusName
-    from console.status import STATUSES
 
     assert set(typing.get_args(StatusName)) == set(STATUSES)
 
@@ -202,8 +202,8 @@ async def test_firing_and_resolved_once_each_on_an_sshd_fleet(
 
 
 def _down_state(name: str = "n1") -> Any:
+    from console.core.state import FleetState
     from console.inventory import Instance
-    from console.state import FleetState
 
     state = FleetState()
     state.add_instance(Instance(name=name, host="10.0.0.1"))

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from textual.widgets._toast import Toast, ToastRack
 
-from console.app import DEMO_BANNER, FleetApp
-from console.audit import AuditLog
-from console.controller import FleetController
+from console.core.audit import AuditLog
+from console.core.controller import FleetController
 from console.inventory import BenchmarkSpec, Fleet, Instance
+from console.ui.app import DEMO_BANNER, FleetApp
 from widgets.confirm_screen import ConfirmScreen
 from widgets.fleet_grid import FleetGrid
 from widgets.help_screen import HelpScreen

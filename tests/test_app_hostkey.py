@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from console.app import FleetApp
-from console.audit import AuditLog
-from console.controller import FleetController
+from console.core.audit import AuditLog
+from console.core.controller import FleetController
 from console.inventory import Fleet
 from console.link.hostkeys import fingerprint
+from console.ui.app import FleetApp
 from tests.conftest import ssh_instance
 from tests.sshd import Sshd
 from tests.test_app import wait_until

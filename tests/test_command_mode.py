@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from console.commands_mode import Command, CommandError, Vocabulary, complete, completions, parse, targets
+from console.core.command_mode import Command, CommandError, Vocabulary, complete, completions, parse, targets
+from console.core.state import FleetState
 from console.inventory import Instance
-from console.state import FleetState
 from tests.test_app import all_live, make_app, wait_until
 from widgets.command_bar import CommandBar
 from widgets.confirm_screen import ConfirmScreen

@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
-from console.agent import nvml_sim
-from console.agent.logs import LogFollower
-from console.app import FleetApp
-from console.controller import FleetController
-from console.detail import SUMMARY_AFTER
+from console.agent.sample import nvml_sim
+from console.agent.sample.logs import LogFollower
+from console.core.controller import FleetController
+from console.core.detail import SUMMARY_AFTER
+from console.core.state import FleetState
 from console.inventory import BenchmarkSpec, Fleet
 from console.link import SshLink
-from console.state import FleetState
+from console.ui.app import FleetApp
 from tests.conftest import ssh_instance
 from tests.sshd import Sshd
 
@@ -212,7 +212,7 @@ async def test_off_screen_instances_go_to_summary_and_back(sshd: Sshd) -> None:
 
 def test_small_fleet_stays_full() -> None:
     """Everything in view: nothing is asked (and an instance that is not connected is never asked)."""
-    from console.detail import DetailTracker
+    from console.core.detail import DetailTracker
     from console.inventory import Instance
 
     state = FleetState()
@@ -230,8 +230,8 @@ def test_small_fleet_stays_full() -> None:
 
 def test_idleness_counts_seconds_at_summary() -> None:
     """An idle GPU that sends a frame every 5 s (summary) is gpu_idle after ~30 s, as one sending every second."""
+    from console.core.state import IDLE_WINDOW
     from console.inventory import Instance
-    from console.state import IDLE_WINDOW
 
     clock = [1000.0]
     state = FleetState(clock=lambda: clock[0])
@@ -254,7 +254,7 @@ def test_the_tracker_follows_hosts_it_stopped_looking_at() -> None:
     """Out-of-view hosts whose agents said they took "summary" are not re-decided at every look, yet: one scrolled
     into view is asked for "full" at once, one that reconnected (its agent starts at full) and one whose agent's
     heartbeat says "full" again are asked for "summary" again."""
-    from console.detail import RECHECK, SUMMARY_AFTER, DetailTracker
+    from console.core.detail import RECHECK, SUMMARY_AFTER, DetailTracker
     from console.inventory import Instance
 
     clock = [1000.0]

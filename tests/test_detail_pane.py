@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from console.core.state import FleetState
 from console.inventory import Instance
-from console.state import FleetState
 from tests.test_app import all_live, make_app, wait_until
 from themes import THEMES
 from widgets.detail_pane import MIN_COLUMNS, DetailPane, detail_lines, pane_width

@@ -10,10 +10,10 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from console.agent import config as agent_config
-from console.agent import diagnose as dg
+from console.agent.diagnosis import diagnose as dg
+from console.agent.diagnosis.signatures import read_tail
 from console.agent.ops import OPS
-from console.agent.signatures import read_tail
+from console.agent.wire import config as agent_config
 from tests.fixtures.chains.harness import Harness, wait_for
 
 LOCAL_SEED = Path(__file__).resolve().parent / "fixtures" / "seed-warmup-broken-pipe"
@@ -364,7 +364,7 @@ def test_diagnose_op_and_function_without_an_agent(chains: Harness) -> None:
 
 
 def test_one_age_format_for_the_whole_project() -> None:
-    from console.agent.timefmt import fmt_age
+    from console.agent.wire.timefmt import fmt_age
 
     assert [fmt_age(s) for s in (-3, 0, 5, 95, 119, 120, 185, 7199, 7200, 7380)] == [
         "0s", "0s", "5s", "95s", "119s", "2m 00s", "3m 05s", "119m 59s", "2h 00m", "2h 03m"]
@@ -486,7 +486,7 @@ def test_the_console_diagnoses_an_instance_once_when_it_enters_trouble() -> None
     never while a diagnosis is in flight on its host."""
     import asyncio
 
-    from console.controller import AUTO_DIAGNOSE_EVERY, FleetController
+    from console.core.controller import AUTO_DIAGNOSE_EVERY, FleetController
     from console.inventory import Fleet, Instance
 
     async def run() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from console.core.state import FleetState
 from console.inventory import Instance
-from console.state import FleetState
 from tests.test_app import all_live, make_app, screen_text, wait_until
 from themes import THEMES, load_settings
 from widgets.fleet_grid import FleetGrid

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from console.agent import gpu as gpu_mod
-from console.agent.gpu import GpuSampler
-from console.agent.protocol import encode
+from console.agent.sample import gpu as gpu_mod
+from console.agent.sample.gpu import GpuSampler
+from console.agent.wire.protocol import encode
 from tests.fakes import nvml
 from tests.fakes.nvml import FakeNvml, device, state
 
@@ -133,8 +133,8 @@ def test_wire_size_eight_gpus(nvml_in_process, gpu_dev, real):
 
 def test_small_frames_feed_the_console_state(nvml_in_process, child, real):
     """What the console keeps from small frames: procs carried over while absent, nulls and defaults as before."""
+    from console.core.state import FleetState
     from console.inventory import Instance
-    from console.state import FleetState
 
     nvml_in_process.write(
         state(
@@ -202,7 +202,7 @@ def test_older_driver_falls_back_to_v2_processes(fake_nvml, child, gpu_dev):
         {"LD_LIBRARY_PATH": str(old_driver), nvml.STATE_ENV: str(fake_nvml.state_path)},
         (
             "import json\n"
-            "from console.agent.gpu import GpuSampler\n"
+            "from console.agent.sample.gpu import GpuSampler\n"
             "s = GpuSampler({'gpu': {'simulate': None, 'dev_dir': %r}})\n"
             "frames = [s.sample() for _ in range(3)]\n"
             "print(json.dumps({'frames': frames, 'by_pid': s.memory_by_pid(), 'missing': sorted(s.nvml._missing)}))\n"
@@ -269,7 +269,7 @@ def test_real_pynvml_without_driver_is_no_gpu():
     out = _in_subprocess(
         {},
         "import json\n"
-        "from console.agent.gpu import GpuSampler\n"
+        "from console.agent.sample.gpu import GpuSampler\n"
         "s = GpuSampler({'gpu': {'simulate': None}})\n"
         "frames = [s.sample(), s.sample()] if s.state != 'ok' else []\n"
         "print(json.dumps({'state': s.state, 'simulated': s.simulated, 'frames': frames}))\n",
@@ -282,7 +282,7 @@ def test_real_pynvml_without_driver_is_no_gpu():
     assert second is None
 
 
-# -- which local process holds the GPU (console/agent/gpumap.py) ---------------------------------------------------
+# -- which local process holds the GPU (console/agent/sample/gpumap.py) ----------------------------------------------
 
 HOST_PIDS = (4194400, 4194401)  # above the default pid_max: no process here has them (a container's view)
 
@@ -438,8 +438,8 @@ def test_lost_retry_from_config(nvml_in_process, gpu_dev):
 
 def test_gpu_missing_when_fewer_than_expected(nvml_in_process):
     """An instance rented with ``gpus = 2`` whose driver is gone, or with a GPU lost, is trouble with NVML's words."""
+    from console.core.state import FleetState
     from console.inventory import Instance
-    from console.state import FleetState
 
     fleet = FleetState()
     fleet.add_instance(Instance(name="a", host="h", gpus=2))
@@ -465,8 +465,8 @@ def test_gpu_missing_when_fewer_than_expected(nvml_in_process):
 
 def test_gpu_tab_says_how_processes_were_mapped(nvml_in_process, gpu_dev, real):
     """The GPU tab: "mapped via /dev/nvidia fds", a group with "≈", MIG instances with their profile."""
+    from console.core.state import FleetState
     from console.inventory import Instance
-    from console.state import FleetState
     from widgets.gpu_panel import gpu_detail
 
     a = nvml.hold_devices(gpu_dev, [0], ["sleep", "60"])
@@ -492,7 +492,7 @@ def test_gpu_tab_says_how_processes_were_mapped(nvml_in_process, gpu_dev, real):
 def test_summary_sends_what_the_overview_shows(nvml_in_process, monkeypatch):
     """At detail "summary" a busy 8-GPU host whose GPUs jitter one by one sends nothing until its overview moves:
     a GPU going idle, the mean util, the hottest GPU, the total power, a process starting."""
-    from console.state import BUSY_UTIL, IDLE_UTIL
+    from console.core.state import BUSY_UTIL, IDLE_UTIL
 
     assert (gpu_mod.IDLE_UTIL, gpu_mod.BUSY_UTIL) == (IDLE_UTIL, BUSY_UTIL)  # the agent's classes are the console's
     monkeypatch.setattr(gpu_mod, "SUMMARY_EVERY", 3600.0)  # (the at-least-every-5-s frame is not what is tested)

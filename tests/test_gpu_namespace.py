@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from console.core.state import FleetState
 from console.inventory import Instance
 from console.link import SshLink
-from console.state import FleetState
 from tests.conftest import ssh_instance
 from tests.fakes import nvml
 from tests.fakes.nvml import FakeNvml

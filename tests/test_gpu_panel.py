@@ -2,7 +2,7 @@
 
 The rendering tests feed real frames through ``FleetState.apply_frame`` (the console's own path) and read the
 Rich text the panel makes; the Pilot test runs the console on a real sshd whose agent loads the fake
-``libnvidia-ml.so.1`` (tests/fakes), with older GPU minutes written by console/history.py's writer.
+``libnvidia-ml.so.1`` (tests/fakes), with older GPU minutes written by console/monitor/history.py's writer.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 
 from rich.text import Text
 
+from console.core.state import FleetState, InstanceState
 from console.inventory import Instance
-from console.state import FleetState, InstanceState
 from widgets.gpu_chart import chart_columns, chart_lines, gaps, time_axis
 from widgets.gpu_panel import LEVELS, RowLayout, gpu_detail, gpu_row, gpu_tab_lines, level_style
 
@@ -173,9 +173,9 @@ def test_older_points_fill_the_columns_before_the_ring() -> None:
 
 
 async def test_gpu_tab_on_a_real_agent_with_history(fake_nvml: Any, nvml_sshd: Any, tmp_path: Path) -> None:
-    from console.app import FleetApp
-    from console.history import History
+    from console.monitor.history import History
     from console.serve import MonitoredController, Monitoring
+    from console.ui.app import FleetApp
     from tests.conftest import ssh_instance
     from tests.fakes import nvml
     from tests.test_app import screen_text, wait_until

@@ -130,7 +130,7 @@ async def test_a_large_fleet_repaints_at_2_hz_but_the_cursor_and_an_open_instanc
     """Past LARGE_FLEET instances the fleet view repaints one frame of four (1 Hz); the detail pane still follows a key
     at once, and an open instance whose figures changed is painted at the next frame. (Three live agents stand
     for the large fleet: the threshold is lowered to two once the small fleet's frame rate was seen.)"""
-    import console.app as app_mod
+    import console.ui.app as app_mod
     from tests.test_app import open_screen
 
     app = make_app(tmp_path, gpus=2)

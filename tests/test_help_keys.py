@@ -11,7 +11,7 @@ from typing import Dict, List, Tuple
 import pytest
 from textual.widgets._footer import FooterKey
 
-from console.app import FleetApp
+from console.ui.app import FleetApp
 from tests.test_app import all_live, make_app, screen_text, wait_until
 from widgets.fleet_table import FleetTable
 from widgets.help_screen import KEY_W, HelpScreen

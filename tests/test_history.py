@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from console.history import History, HistoryReader, pack_gpus, parse_since, unpack_gpus
+from console.monitor.history import History, HistoryReader, pack_gpus, parse_since, unpack_gpus
 from tests.sshd import Sshd
 
 ROOT = Path(__file__).resolve().parents[1]

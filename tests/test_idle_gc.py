@@ -1,4 +1,4 @@
-"""Full collections wait for a pause in the operator's keys (console/idle_gc.py): a 25-80 ms collection at 1000
+"""Full collections wait for a pause in the operator's keys (console/ui/idle_gc.py): a 25-80 ms collection at 1000
 hosts otherwise lands inside the key it answers (an open of ~80 ms took 150-180 ms)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import time
 import weakref
 from pathlib import Path
 
-from console.app import FREEZE_AFTER
-from console.idle_gc import MAX_GAP, MIN_GAP, QUIET, IdleCollector
+from console.ui.app import FREEZE_AFTER
+from console.ui.idle_gc import MAX_GAP, MIN_GAP, QUIET, IdleCollector
 from tests.test_app import make_app
 
 

@@ -120,14 +120,14 @@ def test_every_module_imports(module: str) -> None:
 
 def test_the_import_graph_has_no_cycle() -> None:
     graph = import_graph(ROOT, PACKAGES)
-    assert "console.agent.ops" in graph and "console.agent.restart" in graph["console.agent.ops"]
+    assert "console.agent.ops" in graph and "console.agent.actions.restart" in graph["console.agent.ops"]
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
 def test_the_agent_ops_table_is_imported_by_no_domain_module() -> None:
     graph = import_graph(ROOT, PACKAGES)
-    for domain in ("diagnose", "probes", "restart"):
+    for domain in ("diagnosis.diagnose", "actions.probes", "actions.restart"):
         assert "console.agent.ops" not in graph[f"console.agent.{domain}"], domain
 
 

@@ -134,7 +134,7 @@ def test_missing_fleet_file_says_what_to_do(tmp_path: Path) -> None:
 
 
 def test_agent_command_prints_hello_then_heartbeats() -> None:
-    from console.agent.config import encode
+    from console.agent.wire.config import encode
 
     config = encode({"heartbeat_interval": 0.3, "watch_dirs": []})
     result = run_cli("agent", "--config", config, "--max-seconds", "2", stdin=subprocess.DEVNULL)

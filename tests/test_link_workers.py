@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from console.audit import AuditLog
-from console.controller import FleetController
+from console.core.audit import AuditLog
+from console.core.controller import FleetController
 from console.inventory import Fleet
 from console.link.hostkeys import fingerprint
 from console.link.shards import SHARD_FROM, ShardedLink, worker_count

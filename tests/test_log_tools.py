@@ -11,12 +11,12 @@ from typing import Any, Callable
 
 import pytest
 
-from console.actions import ActionError
-from console.agent import logread
-from console.app import FleetApp
-from console.audit import AuditLog
-from console.controller import FleetController
+from console.agent.sample import logread
+from console.core.actions import ActionError
+from console.core.audit import AuditLog
+from console.core.controller import FleetController
 from console.inventory import BenchmarkSpec, Fleet
+from console.ui.app import FleetApp
 from tests.conftest import ssh_instance
 from tests.sshd import Sshd
 from tests.test_app import make_fleet, open_screen, screen_text, wait_until

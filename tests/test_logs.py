@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from console.agent import logs as logs_mod
-from console.agent.logs import LogFollower
+from console.agent.sample import logs as logs_mod
+from console.agent.sample.logs import LogFollower
 
 FIXTURE = Path("/work/shared/fixtures/seed-warmup-broken-pipe/tmp")
 if not FIXTURE.exists():

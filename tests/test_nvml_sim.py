@@ -10,7 +10,7 @@ import time
 import pynvml
 import pytest
 
-from console.agent import nvml_sim
+from console.agent.sample import nvml_sim
 
 
 def _public_nvml_names():

@@ -8,8 +8,8 @@ import pytest
 from rich.style import Style
 from textual.strip import Strip
 
+from console.core.state import FleetState, InstanceState
 from console.inventory import BenchmarkSpec, Instance
-from console.state import FleetState, InstanceState
 from themes import DARK, LIGHT
 from widgets.palette import Palette
 from widgets.pane import MAX_GPU_LINES, pane_height, pane_strips

@@ -8,9 +8,9 @@ from typing import Any, Dict
 
 import pytest
 
-from console.agent import config as agent_config
-from console.agent import probes
+from console.agent.actions import probes
 from console.agent.ops import OPS
+from console.agent.wire import config as agent_config
 
 
 def make_config(tmp_path: Path) -> Dict[str, Any]:

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from console.agent.actions.signals import SignalRefused, process_start
 from console.agent.ops import OPS
-from console.agent.signals import SignalRefused, process_start
-from console.app import FleetApp
-from console.audit import AuditLog
-from console.controller import FleetController
+from console.core.audit import AuditLog
+from console.core.controller import FleetController
 from console.inventory import BenchmarkSpec, Fleet
+from console.ui.app import FleetApp
 from tests.conftest import ssh_instance
 from tests.sshd import Sshd
 from tests.test_app import screen_text, wait_until

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from console.agent import procs as procs_mod
-from console.agent.procs import ProcSampler, read_process_table, read_wchan
+from console.agent.sample import procs as procs_mod
+from console.agent.sample.procs import ProcSampler, read_process_table, read_wchan
 
 BACKENDS = ["psutil", "proc"]
 FIELDS = {"pid", "ppid", "name", "cmdline", "state", "wchan", "cpu", "rss", "start", "gpu_mem"}
@@ -409,7 +409,7 @@ def test_a_dormant_parent_is_read_when_a_child_comes_and_goes(children, monkeypa
 
 NAMESPACE_PROBE = """
 import json, subprocess, sys, time
-from console.agent.procs import ProcSampler, read_process_table
+from console.agent.sample.procs import ProcSampler, read_process_table
 first = subprocess.Popen(["sh", "-c", "sleep 300 & wait"])  # pid 2 in this namespace, its child pid 3
 time.sleep(0.3)
 frame = ProcSampler({}, backend="proc").sample({})

@@ -20,11 +20,11 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from console.core.state import FleetState
 from console.inventory import Instance, load_fleet
 from console.inventory.errors import ConfigError
 from console.inventory.records import SourceSpec
 from console.sources.prometheus import PrometheusSource
-from console.state import FleetState
 
 PROMETHEUS = shutil.which("prometheus")
 HOSTS, GPUS = 3, 8

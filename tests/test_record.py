@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from console.inventory import BenchmarkSpec, Fleet
-from console.record import ReplaySource, make_replay_app, read_records
+from console.monitor.record import ReplaySource, make_replay_app, read_records
 from console.serve import MonitoredController, Monitoring
 from tests.conftest import ssh_instance
 from tests.sshd import Sshd

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from console.bundle import agent_bundle
+from console.core.state import FleetState
 from console.inventory import BenchmarkSpec
 from console.link import SshLink
-from console.state import FleetState
+from console.link.bundle import agent_bundle
 from tests.conftest import ssh_instance
 from tests.hostile import fake_python
 from tests.recorder import Recorder
@@ -137,7 +137,7 @@ async def test_the_agent_config_is_not_in_its_command_line(sshd: Sshd) -> None:
 
 
 def test_fleet_console_agent_config_still_works_by_hand() -> None:
-    from console.agent import config as agent_config
+    from console.agent.wire import config as agent_config
 
     encoded = agent_config.encode({"interval": 0.2, "heartbeat_interval": 0.2, "watch_dirs": []})
     out = subprocess.run([sys.executable, "-m", "console", "agent", "--config", encoded, "--max-seconds", "1"],

@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from console.audit import AuditLog
-from console.controller import FleetController
+from console.core.audit import AuditLog
+from console.core.controller import FleetController
+from console.core.state import GAP_MARKER, FleetState
 from console.inventory import BenchmarkSpec, Fleet
 from console.link import SshLink
-from console.state import GAP_MARKER, FleetState
 from tests.conftest import ssh_instance
 from tests.faultproxy import FaultProxy
 from tests.hostile import fake_python

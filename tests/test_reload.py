@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from console.audit import AuditLog
-from console.controller import FleetController
+from console.core.audit import AuditLog
+from console.core.controller import FleetController
 from console.inventory import load_fleet
 from tests.recorder import Recorder
 from tests.sshd import Sshd

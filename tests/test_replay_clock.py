@@ -1,5 +1,5 @@
 """A replay shows ages as they were at that point of the recording, not as seen from today: a recording made an
-hour ago (written by console/record.py's own ``Recorder`` from an ``ObservedState`` on that hour-old clock)
+hour ago (written by console/monitor/record.py's own ``Recorder`` from an ``ObservedState`` on that hour-old clock)
 replays with small ages, nothing STALE, the recorded transitions at their recorded times, also paused, at
 another speed and after a seek; the shifted state is the state fed shifted, field for field."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from console.inventory import BenchmarkSpec, Fleet, Instance
-from console.record import Recorder, ReplaySource, make_replay_app
+from console.monitor.record import Recorder, ReplaySource, make_replay_app
 from console.serve import ObservedState
 
 HOST_AHEAD = 7.0  # the recorded host's clock runs this far ahead of the console's
@@ -157,7 +157,8 @@ def snapshot(obj: Any, path: str = "", out: dict[str, Any] | None = None, depth:
 
 def test_a_shifted_state_is_the_state_fed_shifted(tmp_path: Path) -> None:
     """Moving a replayed state's times (pause, speed, seek) leaves it as if it had been fed at the new shift: a
-    time field added to InstanceState that ``console.record.shift_instance`` does not move shows here by name."""
+    time field added to InstanceState that ``console.monitor.record.shift_instance`` does not move shows here
+    by name."""
     path = tmp_path / "old.jsonl.gz"
     start = float(int(time.time()) - 3600)
     write_recording(path, start)

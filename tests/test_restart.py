@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from console.agent import restart as rs
+from console.agent.actions import restart as rs
 from console.agent.ops import OPS
 from tests.fixtures.chains.harness import Harness, alive, cmdline, process_group, wait_for
 

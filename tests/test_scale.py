@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from console.app import FleetApp
-from console.controller import FleetController
+from console.core.controller import FleetController
 from console.inventory import load_fleet
+from console.ui.app import FleetApp
 
 HOSTS = 60
 # seconds: measured p50 ~65 ms / max ~180 ms for 20 hosts on a loaded 2-core box, one press of 1.25 s with a

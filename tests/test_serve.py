@@ -170,7 +170,7 @@ def test_serve_demo_metrics_and_sigterm(tmp_path: Path) -> None:
             time.sleep(0.5)
         else:
             pytest.fail("serve --demo never showed 2 instances up with GPUs:\n" + (tmp_path / "serve.err").read_text())
-        from console.status import STATUSES
+        from console.core.status import STATUSES
 
         assert len(pick(samples, "fleet_instance_status")) == 2 * len(STATUSES)  # a series per status and instance
         assert sum(pick(samples, "fleet_instance_status")) == 2.0
@@ -194,9 +194,9 @@ def test_the_fast_text_is_what_prometheus_client_writes(tmp_path: Path) -> None:
     """``render_text`` (the scrape path) and prometheus-client's encoder give the same samples."""
     from prometheus_client import generate_latest
 
+    from console.core.state import FleetState
     from console.inventory import Instance
-    from console.metrics import FleetCollector, make_registry, render_text
-    from console.state import FleetState
+    from console.monitor.metrics import FleetCollector, make_registry, render_text
 
     state = FleetState()
     for n in range(3):
@@ -221,8 +221,8 @@ def test_the_fast_text_is_what_prometheus_client_writes(tmp_path: Path) -> None:
 
 
 def test_the_dashboard_and_the_alert_rules_use_metrics_that_exist() -> None:
-    from console.metrics import gather
-    from console.state import FleetState
+    from console.core.state import FleetState
+    from console.monitor.metrics import gather
 
     names = set()
     for fam in gather(FleetState(), {}, 0.0):
@@ -314,7 +314,7 @@ def test_serve_follows_fleet_file_edits_and_sighup(sshd: Sshd, tmp_path: Path) -
     assert lines[-1].endswith("INFO  stopped")
 
     # the recording follows the file too: b appears in the replay when it was added, a leaves when removed
-    from console.record import ReplaySource, read_records
+    from console.monitor.record import ReplaySource, read_records
 
     kinds = [(r["k"], r.get("n") or r["i"]["name"]) for r in read_records(record) if r["k"] in ("inst", "gone")]
     assert ("inst", "b") in kinds and ("gone", "a") in kinds and kinds.index(("inst", "b")) < kinds.index(("gone", "a"))

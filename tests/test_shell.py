@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from console.inventory import Instance
-from console.shell import ShellError, command_line, evidence_line, ssh_argv
+from console.ui.shell import ShellError, command_line, evidence_line, ssh_argv
 from tests.sshd import Sshd
 
 

@@ -6,8 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from console.agent import signatures
-from console.agent.signatures import SIGNATURES, collapse_cr, match_line, progress_percent, read_tail, scan_lines
+from console.agent.diagnosis import signatures
+from console.agent.diagnosis.signatures import (
+    SIGNATURES,
+    collapse_cr,
+    match_line,
+    progress_percent,
+    read_tail,
+    scan_lines,
+)
 
 CASES = [
     # transport_error: gRPC / h2 broken pipe and friends

@@ -17,8 +17,8 @@ import asyncssh
 import pytest
 
 from console import cli
-from console.audit import AuditLog
-from console.controller import FleetController
+from console.core.audit import AuditLog
+from console.core.controller import FleetController
 from console.inventory import Fleet, Instance
 from console.link import SshLink
 from console.link.hostkeys import fingerprint

@@ -1,4 +1,4 @@
-"""SSH on demand for instances a Prometheus covers (console/on_demand.py): a real Prometheus scraping a
+"""SSH on demand for instances a Prometheus covers (console/core/on_demand.py): a real Prometheus scraping a
 DCGM-exporter-format endpoint, a real sshd, real agents.
 
 What the operator sees: a covered instance's GPUs come from Prometheus with no SSH session; diagnosing it
@@ -12,8 +12,8 @@ import asyncio
 
 import pytest
 
-from console import on_demand
-from console.controller import FleetController
+from console.core import on_demand
+from console.core.controller import FleetController
 from console.inventory import Fleet
 from console.inventory.records import SourceSpec
 from tests.conftest import ssh_instance

@@ -8,9 +8,9 @@ import sys
 import time
 from pathlib import Path
 
-from console.agent import config as agent_config
+from console.agent.wire import config as agent_config
+from console.core.state import HISTORY_SECONDS, LOG_RING_LINES, MAX_LOG_FILES, FleetState
 from console.inventory import BenchmarkSpec, Instance
-from console.state import HISTORY_SECONDS, LOG_RING_LINES, MAX_LOG_FILES, FleetState
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -131,7 +131,7 @@ def test_the_header_totals_stay_exact_through_a_random_fleet_life() -> None:
     fleet_watch.apply does)."""
     import random
 
-    from console.state import BUSY_UTIL
+    from console.core.state import BUSY_UTIL
 
     def recount(state: FleetState) -> dict:
         out = {"instances": len(state.instances), "gpus": 0, "busy": 0, "lost": 0, "simulated": 0}
@@ -252,8 +252,8 @@ def test_log_events_are_recorded() -> None:
 
 
 def test_a_progress_line_and_a_reconnect_backlog_replace_lines_not_repeat_them(tmp_path: Path, monkeypatch) -> None:
-    from console.agent import logs as logs_mod
-    from console.agent.logs import LogFollower
+    from console.agent.sample import logs as logs_mod
+    from console.agent.sample.logs import LogFollower
 
     monkeypatch.setattr(logs_mod, "PARTIAL_AFTER", 0.0)  # send the line being written at once
     log = tmp_path / "setup.log"

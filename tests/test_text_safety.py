@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from console.app import FleetApp
-from console.audit import AuditLog
-from console.controller import FleetController
+from console.core.audit import AuditLog
+from console.core.controller import FleetController
+from console.core.state import FleetState
+from console.core.text_safety import clean, clean_deep, clean_lines
 from console.inventory import Fleet, Instance, ProbeSpec
-from console.state import FleetState
-from console.text_safety import clean, clean_deep, clean_lines
+from console.ui.app import FleetApp
 from tests.conftest import ssh_instance
 from tests.hostile import fake_python
 from tests.sshd import Sshd

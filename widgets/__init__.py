@@ -1,1 +1,1 @@
-"""Textual widgets and screens of the console (rendering only; the data lives in console.state)."""
+"""Textual widgets and screens of the console (rendering only; the data lives in console.core.state)."""

@@ -1,6 +1,6 @@
 """The ``:`` command bar (k9s-style): one input row with Tab completion; ``run_command`` carries a line out.
 
-The words are parsed and completed by ``console/commands_mode.py`` (pure); this module only shows the input and
+The words are parsed and completed by ``console/core/command_mode.py`` (pure); this module only shows the input and
 turns a parsed command into the app's own actions (the same paths as the keys: ``open_instance``, the
 diagnose and probe workers, the restart confirmation with the exact target list, the table's sort, the theme).
 """
@@ -14,7 +14,16 @@ from textual.message import Message
 from textual.suggester import Suggester
 from textual.widgets import Input
 
-from console.commands_mode import Command, CommandError, Vocabulary, complete, completions, parse, targets, vocabulary
+from console.core.command_mode import (
+    Command,
+    CommandError,
+    Vocabulary,
+    complete,
+    completions,
+    parse,
+    targets,
+    vocabulary,
+)
 
 MAX_CHOICES = 8  # completions named in the hint toast
 
@@ -99,7 +108,7 @@ class CommandBar(Input):
 
 
 def run_command(app: Any, command: Command) -> None:
-    """Carry out ``command`` with the app's own actions (``app``: console.app.FleetApp)."""
+    """Carry out ``command`` with the app's own actions (``app``: console.ui.app.FleetApp)."""
     from widgets.confirm_screen import ConfirmScreen
 
     verb = command.verb

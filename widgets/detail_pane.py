@@ -7,7 +7,7 @@ listening for ``CursorMoved``: those messages bubble to the app, not to a siblin
 its cursor without one (a filter that hides the instance under it). The lines come from a pure function
 (``detail_lines``) over the same builders as the grid's panes (``pane.gpu_line`` and friends), so a GPU
 reads the same in both. Host text (log lines, process names, verdicts) is already cleaned where it enters
-the state (``console/text_safety.py``); it is cleaned again here (free for printable text) and never parsed
+the state (``console/core/text_safety.py``); it is cleaned again here (free for printable text) and never parsed
 as markup (``Line`` goes straight to segments).
 """
 
@@ -21,10 +21,10 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
-from console.agent.timefmt import fmt_age as format_age
-from console.state import InstanceState, LogRing
-from console.status import STALE, UNREACHABLE
-from console.text_safety import clean
+from console.agent.wire.timefmt import fmt_age as format_age
+from console.core.state import InstanceState, LogRing
+from console.core.status import STALE, UNREACHABLE
+from console.core.text_safety import clean
 
 from .palette import Palette
 from .pane import badge_text, detail_line, gpu_line, gpu_summary, notes, proc_brief

@@ -22,8 +22,8 @@ from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from console.state import FleetState, InstanceState, matches
-from console.status import STALE
+from console.core.state import FleetState, InstanceState, matches
+from console.core.status import STALE
 
 from . import pane
 from .messages import CursorMoved, OpenInstance, SelectionChanged
@@ -234,7 +234,7 @@ class FleetGrid(ScrollView, can_focus=True):
         return top + pos[3] > 0 and top < self.size.height
 
     def on_screen_names(self) -> List[str]:
-        """The instances whose pane is (partly) in view now; console/detail.py lets the others send a summary."""
+        """The instances whose pane is (partly) in view now; console/core/detail.py lets the others send a summary."""
         if not self._row_y or self.size.height <= 0:
             return []
         top = int(self.scroll_offset.y)

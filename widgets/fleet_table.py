@@ -23,9 +23,9 @@ from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from console.agent.timefmt import fmt_age as format_age
-from console.state import BUSY_UTIL, FleetState, InstanceState
-from console.status import STALE
+from console.agent.wire.timefmt import fmt_age as format_age
+from console.core.state import BUSY_UTIL, FleetState, InstanceState
+from console.core.status import STALE
 
 from .messages import CursorMoved, OpenInstance, SelectionChanged
 from .palette import Palette

@@ -19,9 +19,9 @@ from textual import events
 from textual.binding import Binding
 from textual.widgets import Static
 
-from console.agent.timefmt import fmt_age as format_age
-from console.state import GpuState, InstanceState
-from console.status import STALE, UNREACHABLE, badge
+from console.agent.wire.timefmt import fmt_age as format_age
+from console.core.state import GpuState, InstanceState
+from console.core.status import STALE, UNREACHABLE, badge
 
 from .gpu_chart import (
     MinutePoint,
@@ -367,7 +367,7 @@ def _proc(p: Any) -> str:
 
 def read_older(path: Any, name: str, since: float) -> OlderPoints:
     """The history file's minute points of ``name`` since ``since`` (runs in a worker thread)."""
-    from console.history import HistoryReader
+    from console.monitor.history import HistoryReader
 
     reader = HistoryReader(path)
     try:

@@ -27,7 +27,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widget import Widget
 from textual.widgets import Input, Static, Tabs
 
-from console.status import TABLE
+from console.core.status import TABLE
 
 WIDTH = 74  # an 80-column terminal less the box's border, padding and scrollbar
 KEY_W = 16  # the keys column (longer key lists push the description to the next line)

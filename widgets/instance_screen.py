@@ -17,9 +17,9 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Input, Static, TabbedContent, TabPane
 
-from console.agent.timefmt import fmt_age as format_age
-from console.state import FleetState, InstanceState, LogRing
-from console.status import STALE, badge
+from console.agent.wire.timefmt import fmt_age as format_age
+from console.core.state import FleetState, InstanceState, LogRing
+from console.core.status import STALE, badge
 
 from .evidence_view import EvidenceView
 from .footer import Footer  # Textual's, without its recompose leak (issue 15 item 11)

@@ -13,7 +13,7 @@ from rich.style import Style
 from textual.color import Color
 from textual.theme import Theme
 
-from console.status import THEME_DEFAULTS, THEME_VARS
+from console.core.status import THEME_DEFAULTS, THEME_VARS
 
 
 class Palette:

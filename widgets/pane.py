@@ -14,10 +14,10 @@ from typing import Iterable, List, Optional, Tuple
 
 from textual.strip import Strip
 
-from console.agent.protocol import ProcRecord
-from console.agent.timefmt import fmt_age as format_age
-from console.state import FLAP_WINDOW, GpuState, InstanceState
-from console.status import BENCHMARK_DOWN, CONNECTING, FAILED, STALE, UNREACHABLE, badge
+from console.agent.wire.protocol import ProcRecord
+from console.agent.wire.timefmt import fmt_age as format_age
+from console.core.state import FLAP_WINDOW, GpuState, InstanceState
+from console.core.status import BENCHMARK_DOWN, CONNECTING, FAILED, STALE, UNREACHABLE, badge
 
 from .palette import Palette
 from .render import Line, bar, operator_text, pct, size, sparkline, tail
@@ -54,7 +54,7 @@ def notes(inst: InstanceState, now: float) -> List[str]:
 
 def figures_age(inst: InstanceState, now: float) -> Optional[float]:
     """Seconds since the last GPU frame of a live instance when more than FIGURES_OLD_AFTER (one off screen sends
-    a summary: a frame on change or every 5 s, console/detail.py), else None. STALE and UNREACHABLE say their
+    a summary: a frame on change or every 5 s, console/core/detail.py), else None. STALE and UNREACHABLE say their
     own age in the badge and detail line; this is not that: the link is fine, the figures are just not new."""
     if inst.gpu_at is None or not inst.gpus or inst.status in _OLD_NUMBERS or inst.link_status != "connected":
         return None

@@ -16,8 +16,8 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import Input, Static, Tree
 
-from console.agent.protocol import ProcRecord
-from console.state import InstanceState
+from console.agent.wire.protocol import ProcRecord
+from console.core.state import InstanceState
 
 from .confirm_screen import ConfirmScreen
 from .process_tree import SORT_KEYS, ProcessTree, detail_text, header_line
@@ -185,7 +185,7 @@ class ProcessPanel(Vertical):
         )
 
     async def _send(self, rec: ProcRecord, sig: str) -> None:
-        from console.actions import ReadOnlyError  # (the panel takes any controller)
+        from console.core.actions import ReadOnlyError  # (the panel takes any controller)
 
         app: Any = self.app
         pid = rec["pid"]

@@ -18,8 +18,8 @@ from textual.strip import Strip
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
-from console.agent.procmatch import matches_program
-from console.agent.protocol import ProcRecord
+from console.agent.wire.procmatch import matches_program
+from console.agent.wire.protocol import ProcRecord
 
 from .render import size
 
@@ -113,7 +113,7 @@ def detail_text(rec: Optional[ProcRecord], bench: bool = False, now: Optional[fl
     text.append("  ppid %s  state %s  wchan=%s" % (rec.get("ppid"), rec.get("state") or "?", _wchan(rec)), "dim")
     start = rec.get("start")
     if start:
-        from console.agent.timefmt import fmt_age
+        from console.agent.wire.timefmt import fmt_age
 
         text.append("  up %s" % fmt_age(max(0.0, (now or time.time()) - float(start))), "dim")
     if bench:

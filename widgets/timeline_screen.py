@@ -1,6 +1,6 @@
 """The event timeline (``e``): every transition, flap, verdict, restart (with pids) and probe, newest first.
 
-Entries come from the history file (``console/history.py``: kept across console runs, bounded) and from this
+Entries come from the history file (``console/monitor/history.py``: kept across console runs, bounded) and from this
 session's notices; the screen only lays them out.
 """
 
@@ -16,8 +16,8 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from console.status import BADGES
-from console.text_safety import clean
+from console.core.status import BADGES
+from console.core.text_safety import clean
 
 Entry = Tuple[float, str, str]  # (ts, instance, text)
 

@@ -18,15 +18,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional
 
 from . import AGENT_VERSION
-from . import config as agent_config
-from .config import AgentConfig, compile_patterns, plain
-from .gpu import GpuSampler
-from .journal import Journal
-from .logs import LogFollower
+from .actions.journal import Journal
 from .ops import OPS, Handler
 from .pidlock import take_over
-from .procs import ProcSampler
-from .protocol import PROTOCOL_VERSION, FrameWriter, ProtocolError, decode_request
+from .sample.gpu import GpuSampler
+from .sample.logs import LogFollower
+from .sample.procs import ProcSampler
+from .wire import config as agent_config
+from .wire.config import AgentConfig, compile_patterns, plain
+from .wire.protocol import PROTOCOL_VERSION, FrameWriter, ProtocolError, decode_request
 
 LEVELS = ("full", "summary")  # op ``detail``: what the console wants of this host (see ``Agent.level``)
 SUMMARY_PROCS_EVERY = 5.0  # seconds between process samples at "summary" (the benchmark-up check)

@@ -14,13 +14,23 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Protocol  # typing has Protocol since 3.8
 
-from . import diagnose, logread, probes, restart, signals
-from .config import AgentConfig
-from .gpu import GpuSampler
-from .journal import Journal
-from .logs import LogFollower
-from .procs import ProcSampler
-from .protocol import DetailResult, DiagnosisResult, FrameWriter, ProbeResult, RestartResult, SignalResult, StopResult
+from .actions import probes, restart, signals
+from .actions.journal import Journal
+from .diagnosis import diagnose
+from .sample import logread
+from .sample.gpu import GpuSampler
+from .sample.logs import LogFollower
+from .sample.procs import ProcSampler
+from .wire.config import AgentConfig
+from .wire.protocol import (
+    DetailResult,
+    DiagnosisResult,
+    FrameWriter,
+    ProbeResult,
+    RestartResult,
+    SignalResult,
+    StopResult,
+)
 
 
 class AgentHost(Protocol):
@@ -151,13 +161,13 @@ def probes_op(agent: AgentHost, args: Dict[str, Any]) -> Dict[str, List[Dict[str
     return {"probes": probes.catalog()}
 
 
-# The console sends diagnose, restart and probe (console/controller.py) and stop (a link closing).
+# The console sends diagnose, restart and probe (console/core/controller.py) and stop (a link closing).
 # The rest are kept on purpose, though no console code sends them today:
-# journal is sent after a link drop mid-action (console/controller.py); ping every heartbeat (the agent's
+# journal is sent after a link drop mid-action (console/core/controller.py); ping every heartbeat (the agent's
 # watchdog) by console/link/base.py.
 #   ping, backlog, full_procs -- for whoever talks to `fleet-console agent` by hand, and the documented
 #     protocol (docs/architecture.md); agentless mode answers ping and full_procs too;
-#   probes -- the console lists the built-in probes itself (console/actions.py BUILTIN_PROBES);
+#   probes -- the console lists the built-in probes itself (console/core/actions.py BUILTIN_PROBES);
 #   stop_benchmark -- the stop half of restart alone, for an operator at the agent.
 OPS: Dict[str, Handler] = {
     "diagnose": diagnose_op,

@@ -7,7 +7,7 @@ for GPU...: ..." in place of a row are lost devices (a line takes the next index
 failed..." or "No devices were found" is state ``no_gpu``: one frame, then one a minute. ``GpuFrames`` sends
 full and slim frames as the agent's sampler does.
 
-Processes are mapped onto the host's ``/proc`` as the agent maps them (``console.agent.gpumap``): when nvidia-smi
+Processes are mapped onto the host's ``/proc`` as the agent maps them (``console.agent.sample.gpumap``): when nvidia-smi
 lists compute apps, the same exec lists the ``/proc/*/fd`` links to ``DEV/nvidia*`` (``ls -l``, ``grep -F``), and
 reads ``/proc/2/stat`` (kthreadd there: the root PID namespace); each device's minor number comes once from
 ``nvidia-smi -q`` ("Minor Number"). An nvidia-smi pid is kept when that process holds the device's
@@ -21,7 +21,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, cast
 
-from console.agent.frames import (
+from console.agent.sample.gpumap import DEV_DIR, UVM, attribute, compute_holders, holds
+from console.agent.wire.frames import (
     FULL_EVERY,
     LOST_RETRY,
     STATE_REPEAT,
@@ -35,8 +36,7 @@ from console.agent.frames import (
     sum_memory_by_pid,
     with_static,
 )
-from console.agent.gpumap import DEV_DIR, UVM, attribute, compute_holders, holds
-from console.agent.protocol import GpuDevice, GpuProc
+from console.agent.wire.protocol import GpuDevice, GpuProc
 from console.agentless.host import MARK, section_fn, sections
 
 MIB = 1024 * 1024

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from console.agent.frames import log_frame
-from console.agent.logs import BATCH_LINES, backlog_frame, batch_frames, clean_line, keep_partial
+from console.agent.sample.logs import BATCH_LINES, backlog_frame, batch_frames, clean_line, keep_partial
+from console.agent.wire.frames import log_frame
 from console.agentless.host import MARK, section_fn, sections
 
 LOG_READ_MAX = 1 << 20  # bytes read per file and poll (the rest comes with the next polls)

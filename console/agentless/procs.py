@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from console.agent.frames import (
+from console.agent.wire.frames import (
     PF_KTHREAD,
     RESEND,
     cap_cmdline,
@@ -31,7 +31,7 @@ from console.agent.frames import (
     subtree,
     wchan_text,
 )
-from console.agent.protocol import ProcRecord
+from console.agent.wire.protocol import ProcRecord
 from console.agentless.host import MARK, HostFacts, section_fn, sections
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import asyncssh
 
-from console.agent import config as agent_config
-from console.agent.protocol import PROTOCOL_VERSION, ProcRecord, ProtocolError, decode_request, encode
+from console.agent.wire import config as agent_config
+from console.agent.wire.protocol import PROTOCOL_VERSION, ProcRecord, ProtocolError, decode_request, encode
 from console.agentless.gpu import GPU_TIMEOUT, GpuFrames, gpu_command, parse_gpu_output
 from console.agentless.host import (
     AGENT_VERSION,

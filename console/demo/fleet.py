@@ -25,7 +25,7 @@ from typing import Any
 
 import asyncssh
 
-from console.agent.frames import subtree
+from console.agent.wire.frames import subtree
 from console.demo.scenarios import instance_name, layout, process_env, scenario_for
 from console.demo.server import DemoHost, DemoSshServer, InitClient
 from console.inventory import BenchmarkSpec, Fleet, Instance
@@ -215,8 +215,8 @@ def run_demo(args: argparse.Namespace) -> int:
     instances = int(getattr(args, "instances", 6) or 6)
 
     async def main() -> int:
-        from console.app import FleetApp
         from console.serve import MonitoredController, Monitoring
+        from console.ui.app import FleetApp
 
         loop = asyncio.get_running_loop()
         main_task = asyncio.current_task()

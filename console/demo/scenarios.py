@@ -7,7 +7,7 @@ Each demo instance is a directory that plays the role of one rented container::
     ROOT/etc/       scenario, instance-id, gpu-summary, gpu.json, environment (JSON env for processes)
     ROOT/tmp/       the logs (setup.log, benchmark-full.log, cuzk-bench-daemon.log): the watched dir
     ROOT/data/      inputs the benchmark downloads
-    ROOT/gpu-state.json   the simulated NVML state, written by cuzk-daemon (console/agent/nvml_sim.py)
+    ROOT/gpu-state.json   the simulated NVML state, written by cuzk-daemon (console/agent/sample/nvml_sim.py)
 
 The scripts are real processes with their real names (``comm`` is the script's file name because the
 shebang names the interpreter by absolute path), so the agent's process sampler, diagnosis and restart

@@ -76,7 +76,7 @@ class ImportSpec:
 class SourceSpec:
     """A ``[[source]]``: GPU figures for the fleet from a Prometheus that scrapes DCGM-exporter
     (``console/sources/prometheus.py``); ``host_label`` names the host, matched to an instance's name or host.
-    ``ssh``: how the console reaches the fleet-file instances it covers (``console/on_demand.py``)."""
+    ``ssh``: how the console reaches the fleet-file instances it covers (``console/core/on_demand.py``)."""
 
     prometheus: str
     host_label: str = "Hostname"
@@ -152,7 +152,7 @@ class Fleet:
     signatures: list[SignatureSpec] = field(default_factory=list)
     imports: list[ImportSpec] = field(default_factory=list)  # imports to re-run while the console runs
     sources: list[SourceSpec] = field(default_factory=list)  # [[source]] rows (Prometheus)
-    alerts: list[AlertSpec] = field(default_factory=list)  # [[alert]] rules (console/alerts.py evaluates them)
+    alerts: list[AlertSpec] = field(default_factory=list)  # [[alert]] rules (console/monitor/alerts.py evaluates them)
 
     def get(self, name: str) -> Instance:
         for inst in self.instances:

@@ -165,8 +165,8 @@ class SourceRow(Struct, forbid_unknown_fields=True, omit_defaults=True):
     ssh: Literal["on_demand", "always"] | None = None
 
 
-# -- [[alert]] (console/alerts.py evaluates them) ------------------------------------------------------
-# the status table's names (console/status.py; tests/test_alerts.py keeps the two the same)
+# -- [[alert]] (console/monitor/alerts.py evaluates them) ------------------------------------------------------
+# the status table's names (console/core/status.py; tests/test_alerts.py keeps the two the same)
 StatusName = Literal["failed", "needs_action", "unreachable", "benchmark_down", "stale", "gpu_idle", "connecting", "ok"]
 AlertFor = Annotated[float, Meta(ge=0, le=86400, description="a number of seconds from 0 to 86400")]
 AlertRepeat = Annotated[float, Meta(ge=0, le=604800, description="a number of seconds from 0 (never) to 604800")]

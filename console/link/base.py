@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import asyncssh
 
-from console.agent.protocol import PROTOCOL_VERSION, encode
+from console.agent.wire.protocol import PROTOCOL_VERSION, encode
 from console.inventory import Instance
 from console.link import pace
 from console.link.pinger import pinger

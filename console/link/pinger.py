@@ -14,7 +14,7 @@ import contextlib
 import weakref
 from typing import Any
 
-from console.agent.protocol import encode
+from console.agent.wire.protocol import encode
 
 SLOTS = 5
 PING = encode({"id": 0, "op": "ping", "args": {}})  # id 0: the agent answers it only when it sent nothing lately

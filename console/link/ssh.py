@@ -23,7 +23,6 @@ import asyncssh
 
 from console.agentless import host as agentless_host
 from console.agentless import session as agentless_session  # imports link.base/exec only (never this module)
-from console.bundle import agent_bundle
 from console.link import auth, pace, remote
 from console.link.base import (
     PING_EVERY,
@@ -36,6 +35,7 @@ from console.link.base import (
     StderrTail,
     config_line,
 )
+from console.link.bundle import agent_bundle
 from console.link.channel import AgentChannel
 from console.link.exec import exec_command, failure_reason
 from console.link.hostkeys import HostKeyClient, HostKeyOffer, append_known_host, fingerprint, read_known_hosts

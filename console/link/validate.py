@@ -1,4 +1,4 @@
-"""Frames checked at the link against the typed contract (``console/agent/protocol.py``), and bounded.
+"""Frames checked at the link against the typed contract (``console/agent/wire/protocol.py``), and bounded.
 
 A host can send anything: a float GPU util, string fields, a list where a record belongs, 5000 GPUs, a
 million processes, lines by the megabyte, frames as fast as the wire carries them. Nothing of that may reach
@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from console.agent.protocol import (
+from console.agent.wire.protocol import (
     DiagnosisResult,
     ErrorFrame,
     GpuFrame,

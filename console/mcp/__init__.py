@@ -65,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
 async def _serve(args: argparse.Namespace, fleet: Any, http: tuple[str, int] | None) -> int:
     """Start the fleet as ``serve`` does (``run_fleet_headless``: signals, demo, shielded clean-up), then serve
     MCP on it until the client leaves (stdio) or a signal comes (both)."""
-    from console.controller import FleetController
+    from console.core.controller import FleetController
     from console.mcp.server import McpAudit, Options, build_server
     from console.serve import run_fleet_headless
 

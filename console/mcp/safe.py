@@ -3,7 +3,7 @@
 Everything an instance sends (log lines, process names and command lines, probe output, agent errors) is
 data written by whoever controls that host. It reaches an MCP client only through these functions:
 
-- ``clean(text)`` (from ``console/text_safety.py``, shared with the fleet state): ANSI/VT escape sequences
+- ``clean(text)`` (from ``console/core/text_safety.py``, shared with the fleet state): ANSI/VT escape sequences
   (CSI, OSC, DCS, SOS/PM/APC, two-byte ESC sequences, and their 8-bit C1 forms) are removed with their
   bodies; other C0/C1 controls and DEL are dropped (``\\t`` stays; ``\\n`` stays only where asked);
   bidirectional overrides (the "Trojan Source" characters) are dropped. ``\\r`` keeps what a terminal would
@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, List
 
-from console.text_safety import clean, clip
+from console.core.text_safety import clean, clip
 
 RESULT_BUDGET = 16 * 1024  # bytes of structured content per tool result (the text rendering gets as much again)
 TEXT_BUDGET = 14 * 1024  # bytes of the text rendering

@@ -24,13 +24,13 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 from console import __version__
-from console.actions import ActionError, ReadOnlyError
-from console.audit import AuditLog
-from console.controller import FleetController
+from console.core.actions import ActionError, ReadOnlyError
+from console.core.audit import AuditLog
+from console.core.controller import FleetController
+from console.core.state import InstanceState
+from console.core.status import BAD_LINK, LINK_LABELS
 from console.link import AgentLink, LinkError
 from console.mcp import safe, schemas, tools
-from console.state import InstanceState
-from console.status import BAD_LINK, LINK_LABELS
 
 ORIGIN = "mcp"
 

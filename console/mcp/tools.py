@@ -10,9 +10,9 @@ from __future__ import annotations
 import shlex
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from console.agent.config import STARTUP_GRACE_SECONDS
+from console.agent.wire.config import STARTUP_GRACE_SECONDS
+from console.core.state import FleetState, InstanceState, LogRing
 from console.mcp import safe
-from console.state import FleetState, InstanceState, LogRing
 
 SEVERITY_ORDER = {"critical": 0, "error": 1, "warning": 2, "info": 3}
 LOG_MODES = ("tail", "around", "match")

@@ -4,7 +4,7 @@ Why: a fleet that runs DCGM-exporter already pays for collection; ten thousand G
 of HTTP requests per interval instead of a thousand SSH links.  Each interval the source asks
 ``/api/v1/query`` for every metric in ``METRICS`` (all hosts at once), groups the samples by the host label
 (``Hostname`` by default) and the ``gpu`` label, and hands each host one full ``gpu`` frame
-(``console/agent/frames.py``) to ``FleetState.apply_frame``.  A host matches an instance by name or by host;
+(``console/agent/wire/frames.py``) to ``FleetState.apply_frame``.  A host matches an instance by name or by host;
 a host known only from Prometheus gets an instance of its own (transport ``prometheus``: no SSH is opened
 for it; it is shown, not acted on).
 
@@ -25,10 +25,10 @@ from typing import Any
 import httpx2
 import msgspec
 
-from console.agent.frames import gpu_frame, gpu_record
+from console.agent.wire.frames import gpu_frame, gpu_record
+from console.core.state import FleetState
 from console.inventory import Instance
 from console.inventory.records import SourceSpec
-from console.state import FleetState
 
 MIB = 2**20
 APPLY_SLICE = 100  # hosts applied per turn of the event loop

@@ -1,0 +1,1 @@
+"""What the agent does on request: restart, signals, probes, and the action journal."""

@@ -1,0 +1,199 @@
+"""Events: signature hits in every log tail and the kernel log, grouped into episodes and put in time.
+
+A hit is kept with what a reader of the log would conclude about it:
+- known-harmless lines (``signatures.HARMLESS``) are dropped; a line logged at INFO/DEBUG level is never
+  more than ``info``, one at WARN level never more than ``warning``;
+- a connection reset or time-out in the middle of a download is a download failure;
+- an episode (hits of one code a few lines apart) followed in its log by the operation succeeding or by
+  further progress is ``recovered``: history, not the present;
+- an episode from before the current run (its log last written before the benchmark started, a kernel
+  event before the entrypoint) is ``stale``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List, Optional, Pattern, Sequence
+
+from ..wire.protocol import Evidence
+from . import progress, signatures
+from .signatures import Signature
+from .timeline import Timeline
+
+SEVERITY_LEVEL = {"info": 0, "warning": 1, "error": 2, "critical": 3}
+EPISODE_GAP = 4  # hits of one code at most this many lines apart are one episode
+RUN_SLACK = 15.0  # seconds: kernel stamps drift from the wall clock; an event this close to the start is the run's
+LOG_SLACK = 2.0  # seconds: a log last written this close before the benchmark started still belongs to it
+# dmesg codes that are kernel chatter, not our benchmark
+KERNEL_IGNORED = frozenset(("missing_input", "timeout", "transport_error", "command_not_found",
+                            "permission_denied", "child_failed", "python_traceback", "download_failed"))
+NEVER_RECOVER = frozenset(("gpu_lost", "gpu_ecc", "no_gpu_driver", "driver_mismatch", "host_oom_kill",
+                           "missing_input"))
+DOWNLOADISH = frozenset(("transport_error", "timeout"))
+
+# "[INFO|trainer.py:2134]", "2026-12-01T21:04:11Z INFO cuzk_daemon", "INFO 02-27 19:28:10", "WARN connect",
+# "10/02/2024 17:58:04 - INFO - __main__", "host:1:1 [0] NCCL INFO", "INFO:     Uvicorn running"
+LEVEL_RE = re.compile(
+    r"^\s*(?:\[rank\d+\]:\s*)?(?:\[?\d{4}-\d\d-\d\d[T _][\d:.,]+\w*\]?\s+|\d\d/\d\d/\d{4} [\d:]+\s+-\s+"
+    r"|\S+:\d+:\d+ \[\d+\] NCCL )?\[?(TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|FATAL|CRITICAL)\b"
+)
+GLOG_RE = re.compile(r"^\s*(?:\[rank\d+\]:)?\[?([IWEF])\d{4} \d\d:\d\d:\d\d")
+PY_WARNING_RE = re.compile(r"\b\w*Warning: ")
+CAP = {"TRACE": "info", "DEBUG": "info", "INFO": "info", "NOTICE": "info", "WARN": "warning",
+       "WARNING": "warning", "I": "info", "W": "warning"}
+# the operation an error interrupted went on, or was retried and succeeded
+RESUMED_RE = re.compile(
+    r"download(?:ed)? (?:complete|completed|finished|ok|done|succeeded)|\bconnected to\b|\breconnected\b"
+    r"|connection (?:re)?established|Application startup complete|server is listening|\blistening on\b"
+    r"|Uvicorn running on|\" 200\b|\b200 OK\b|\bsaved \[\d+/\d+\]|\bsucceeded\b|retry succeeded",
+    re.IGNORECASE,
+)
+DMESG_TS_RE = re.compile(r"^\s*\[\s*(\d+(?:\.\d+)?)\]")
+
+
+def level_cap(text: str) -> Optional[str]:
+    """The highest severity a line's own log level allows (None: no level, or an error level)."""
+    m = LEVEL_RE.match(text)
+    if m:
+        return CAP.get(m.group(1))
+    m = GLOG_RE.match(text)
+    if m:
+        return CAP.get(m.group(1))
+    if PY_WARNING_RE.search(text[:200]):
+        return "warning"
+    return None
+
+
+def capped(severity: str, cap: Optional[str]) -> str:
+    if cap is None or SEVERITY_LEVEL.get(severity, 2) <= SEVERITY_LEVEL[cap]:
+        return severity
+    return cap
+
+
+class Episode:
+    """Hits of one code a few lines apart in one log: one event."""
+
+    __slots__ = ("code", "follow", "hits", "kernel", "log", "order", "recovered", "severity", "stale", "time")
+
+    def __init__(self, code: str, severity: str, log: Dict[str, Any], hit: Dict[str, Any], order: int) -> None:
+        self.code = code
+        self.severity = severity
+        self.log = log
+        self.hits: List[Dict[str, Any]] = [hit]
+        self.time = 0.0
+        self.stale = False
+        self.recovered = False
+        self.follow: List[Evidence] = []
+        self.order = order
+        self.kernel = False
+
+    @property
+    def first(self) -> Dict[str, Any]:
+        return self.hits[0]
+
+    @property
+    def last_index(self) -> int:
+        return int(self.hits[-1]["line"]) - int(self.log.get("first_line") or 1)
+
+
+def _table(facts: Dict[str, Any]) -> Sequence[Signature]:
+    custom = signatures.compile_custom(facts.get("signatures"))
+    return custom + signatures.SIGNATURES if custom else signatures.SIGNATURES
+
+
+def _classify(hit: Dict[str, Any], lines: List[str], index: int) -> Optional[Dict[str, Any]]:
+    """A hit as the log means it, or None for known noise."""
+    text = hit["text"]
+    if signatures.is_harmless(text):
+        return None
+    hit["severity"] = capped(hit["severity"], level_cap(text))
+    if hit["code"] in DOWNLOADISH:  # the line right before is an unfinished download meter
+        before = next((t for t in reversed(lines[max(0, index - 3):index]) if t.strip()), "")
+        sample = progress.parse(before) if before else None
+        if sample is not None and sample.kind == "download" and not sample.done:
+            hit["code"] = "download_failed"
+    return hit
+
+
+def _group(log: Dict[str, Any], hits: List[Dict[str, Any]], order: int) -> List[Episode]:
+    episodes: List[Episode] = []
+    for hit in hits:
+        last = episodes[-1] if episodes else None
+        if last is not None and last.code == hit["code"] and hit["line"] - last.hits[-1]["line"] <= EPISODE_GAP:
+            last.hits.append(hit)
+            if SEVERITY_LEVEL.get(hit["severity"], 0) > SEVERITY_LEVEL.get(last.severity, 0):
+                last.severity = hit["severity"]
+        else:
+            episodes.append(Episode(hit["code"], hit["severity"], log, hit, order + len(episodes)))
+    return episodes
+
+
+def last_resumed(lines: List[str], bench_re: Optional[Pattern[str]]) -> int:
+    """The index of the last line that shows work going on (progress, a success, a completion), or -1."""
+    for i in range(len(lines) - 1, -1, -1):
+        text = lines[i]
+        if not text.strip():
+            continue
+        if RESUMED_RE.search(text) or signatures.is_completion(text) or progress.parse(text, bench_re) is not None:
+            return i
+    return -1
+
+
+def log_episodes(
+    facts: Dict[str, Any], now: float, bench_started: Optional[float], bench_re: Optional[Pattern[str]]
+) -> List[Episode]:
+    """Every episode in the log tails, with time, staleness and recovery decided."""
+    table = _table(facts)
+    out: List[Episode] = []
+    for log in facts.get("logs") or []:
+        if log.get("error"):
+            continue
+        lines: List[str] = log.get("lines") or []
+        first = int(log.get("first_line") or 1)
+        hits = []
+        for hit in signatures.scan_lines(lines, log["path"], first, table):
+            kept = _classify(hit, lines, hit["line"] - first)
+            if kept is not None:
+                hits.append(kept)
+        if not hits:
+            continue
+        timeline = Timeline(log, now)
+        resumed = last_resumed(lines, bench_re)
+        mtime = log.get("mtime")
+        stale = bench_started is not None and mtime is not None and float(mtime) < bench_started - LOG_SLACK
+        for ep in _group(log, hits, len(out) * 1000):
+            ep.time = timeline.at(ep.last_index)
+            ep.stale = stale
+            if ep.code not in NEVER_RECOVER:
+                ep.recovered = resumed > ep.last_index
+            out.append(ep)
+    return out
+
+
+def kernel_episodes(facts: Dict[str, Any], now: float, run_started: Optional[float]) -> List[Episode]:
+    """Episodes of the kernel log within ``dmesg_max_age``; those before the current run are stale."""
+    dmesg = facts.get("dmesg") or {}
+    lines = dmesg.get("lines") or []
+    if not lines:
+        return []
+    dlog = {"path": "dmesg", "lines": lines, "first_line": 1, "mtime": None}
+    max_age = facts.get("dmesg_max_age")
+    uptime = dmesg.get("uptime")
+    kept = []
+    times: Dict[int, float] = {}
+    for hit in signatures.scan_lines(lines, "dmesg", 1):
+        if hit["code"] in KERNEL_IGNORED:
+            continue
+        m = DMESG_TS_RE.match(hit["text"])
+        stamp = float(m.group(1)) if m else None
+        if max_age and uptime and stamp is not None and stamp < float(uptime) - float(max_age):
+            continue  # an old event, from before anything we care about
+        times[hit["line"]] = now - (float(uptime) - stamp) if uptime and stamp is not None else now
+        kept.append(hit)
+    out = []
+    for ep in _group(dlog, kept, 10 ** 6):
+        ep.kernel = True
+        ep.time = times.get(ep.hits[-1]["line"], now)
+        ep.stale = bool(uptime and run_started and ep.time < run_started - RUN_SLACK)
+        out.append(ep)
+    return out

@@ -1,0 +1,97 @@
+"""The causal verdict: which finding explains the others.
+
+1. A hardware fault present now (a lost GPU, ECC errors, no or mismatched driver) explains everything.
+2. Else the earliest root cause: among current ``cause`` findings of error severity (warnings when there
+   are none), the earliest in time; events within ``SIMULTANEOUS`` seconds of it count as happening
+   together and the more specific one wins (the permission error over the panic that unwrapped it, the
+   host OOM kill over the ``Killed`` that reports it). A wrapper (``ChildFailedError``, a shell's exit
+   status, a traceback's header) is a symptom and never outranks what it wraps.
+3. Else a finished run is ``finished``; a young entrypoint still setting up is ``starting``.
+4. Else the most telling symptom (``hung``, a broken pipe, a wrapper, the benchmark not running, idle GPUs).
+Every other current finding is then listed as followed by / caused by the verdict.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+from . import codes
+from .events import SEVERITY_LEVEL
+from .records import Item
+
+SIMULTANEOUS = 30.0  # seconds
+# what a young entrypoint that is still fetching inputs looks like; not trouble until the grace is over
+STARTUP_SYMPTOMS = frozenset(("benchmark_not_running", "waiting_on_child", "gpu_idle", "missing_input"))
+FINE = frozenset(("healthy", "starting", "finished"))
+
+
+def _level(item: Item) -> int:
+    return SEVERITY_LEVEL.get(item.severity, 0)
+
+
+def _earliest_cause(causes: List[Item]) -> Item:
+    timed = [i.time for i in causes if i.time is not None]
+    start = min(timed) if timed else None
+    window = [i for i in causes if start is None or i.time is None or i.time <= start + SIMULTANEOUS]
+    return max(window, key=lambda i: (codes.rank(i.code), -(i.time or 0.0), -i.order))
+
+
+def head_of(items: List[Item]) -> Optional[Item]:
+    """The finding that explains the others (None: nothing of warning severity or above)."""
+    current = [i for i in items if i.role == "current" and _level(i) >= 1]
+    hardware = [i for i in current if codes.tier(i.code) == "hardware"]
+    if hardware:
+        return max(hardware, key=lambda i: (codes.rank(i.code), _level(i), -(i.time or 0.0)))
+    causes = [i for i in current if codes.tier(i.code) == "cause"]
+    errors = [i for i in causes if _level(i) >= 2]
+    if errors or causes:
+        return _earliest_cause(errors or causes)
+    return None
+
+
+def is_starting(items: List[Item], young_entry: Optional[str]) -> bool:
+    """A young entrypoint with no benchmark yet is starting, unless something already failed."""
+    return young_entry is not None and not any(
+        _level(i) >= 2 for i in items if i.role == "current" and i.code not in STARTUP_SYMPTOMS)
+
+
+def choose(items: List[Item], young_entry: Optional[str], finished: Optional[Item]) -> Tuple[str, Item]:
+    """``(verdict code, the finding behind it)``; mutates the symptoms' severity/role as the verdict decides."""
+    starting = is_starting(items, young_entry)
+    if starting:
+        for i in items:
+            if i.code in STARTUP_SYMPTOMS and i.severity != "info":
+                i.severity = "info"
+                if i.code == "benchmark_not_running" and young_entry:
+                    i.summary = young_entry
+                else:
+                    i.summary += " (still setting up)"
+    head = head_of(items)
+    if head is not None:
+        return head.code, head
+    if finished is not None:
+        for i in items:
+            if i.role == "current" and i.code in STARTUP_SYMPTOMS:
+                i.severity = "info"
+        return "finished", finished
+    if starting:
+        return "starting", Item("starting", "info", young_entry or "starting", [])
+    symptoms = [i for i in items if i.role == "current" and _level(i) >= 1]
+    if symptoms:
+        head = max(symptoms, key=lambda i: (codes.rank(i.code), _level(i), -i.order))
+        return head.code, head
+    return "healthy", Item("healthy", "info", "", [])
+
+
+def link_symptoms(items: List[Item], head: Item) -> List[str]:
+    """Mark the current findings the verdict explains (``caused_by``); their codes, in order."""
+    out: List[str] = []
+    for i in items:
+        if i is head or i.role != "current" or _level(i) < 1 or i.code == head.code:
+            continue
+        later = head.time is None or i.time is None or i.time >= head.time - SIMULTANEOUS
+        if codes.tier(i.code) == "symptom" or later:
+            i.caused_by = head.code
+            if i.code not in out:
+                out.append(i.code)
+    return out

@@ -1,0 +1,100 @@
+"""Small text helpers shared by the diagnosis steps: sizes, evidence records, process-tree lines, the
+"what was it doing" context of a log line, and a log line cleaned of its timestamp/level/module prefix."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ..wire.protocol import Evidence
+
+# "Running warmup proof...", "[setup] Starting benchmark", "==> Executing C2 prove"
+CONTEXT_RE = re.compile(
+    r"^\s*(?:\[[^\]]{0,40}\]\s*|[=#>*-]+\s*|\S*\d\d:\d\d\S*\s+(?:INFO|DEBUG|WARN\w*)?\s*)?"
+    r"(?:running|starting|start|beginning|begin|executing|launching|now running)\s+(.+?)\s*(?:\.{2,}|…|:)?\s*$",
+    re.IGNORECASE,
+)
+FAILED_RE = re.compile(r"^\s*(?:\[[^\]]{0,40}\]\s*)?(?:error:\s*)?(.{1,60}?)\s+(?:failed|aborted)\b", re.IGNORECASE)
+LOG_PREFIX_RE = re.compile(
+    r"^(?:\[?\d{4}-\d\d-\d\d[T ][\d:.,]+(?:Z|[+-]\d\d:?\d\d)?\]?\s*)?"  # timestamp
+    r"(?:\[?(?:TRACE|DEBUG|INFO|WARN|WARNING|ERROR|FATAL|CRITICAL)\]?:?\s+)?"  # level
+    r"(?:[A-Za-z_][\w]*(?:::[\w]+)+:?\s+)?"  # rust module path
+    r"(?:Error:\s+)?",
+)
+GRPC_TAIL_RE = re.compile(r",\s*details:\s*\[.*$")
+
+
+def short(text: str, n: int = 160) -> str:
+    text = text.strip()
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def fmt_size(n: Optional[float]) -> str:
+    if n is None:
+        return "?"
+    value = float(n)
+    for unit in ("B", "K", "M", "G", "T"):
+        if value < 1024 or unit == "T":
+            return ("%d%s" % (value, unit)) if unit == "B" else ("%.1f%s" % (value, unit))
+        value /= 1024
+    return "?"
+
+
+def ev(path: str, line: Optional[int], text: str) -> Evidence:
+    return {"path": path, "line": line, "text": short(text, 300)}
+
+
+def proc_line(rec: Any, depth: int = 0) -> str:
+    """One process as a tree line: pid, state, wchan, cpu, rss, command line."""
+    cpu = rec.get("cpu")
+    return "%s%d %s %s cpu=%s rss=%s %s" % (
+        "  " * depth,
+        rec.get("pid", 0),
+        rec.get("state") or "?",
+        rec.get("wchan") or "-",
+        "-" if cpu is None else "%.0f%%" % float(cpu),
+        fmt_size(rec.get("rss")),
+        short(rec.get("cmdline") or rec.get("name") or "", 120),
+    )
+
+
+def children_map(processes: Sequence[Any]) -> Dict[int, List[Any]]:
+    kids: Dict[int, List[Any]] = {}
+    for rec in processes:
+        kids.setdefault(int(rec.get("ppid") or 0), []).append(rec)
+    for lst in kids.values():
+        lst.sort(key=lambda r: r["pid"])
+    return kids
+
+
+def descendants(pid: int, kids: Dict[int, List[Any]]) -> List[Tuple[int, Any]]:
+    """(depth, rec) for every descendant of ``pid``, depth-first."""
+    out: List[Tuple[int, Any]] = []
+    stack = [(1, r) for r in reversed(kids.get(pid, []))]
+    seen = {pid}
+    while stack:
+        depth, rec = stack.pop()
+        if rec["pid"] in seen:
+            continue
+        seen.add(rec["pid"])
+        out.append((depth, rec))
+        stack.extend((depth + 1, r) for r in reversed(kids.get(rec["pid"], [])))
+    return out
+
+
+def context(lines: List[str], index: int) -> Optional[str]:
+    """What the program was doing at ``lines[index]``: the nearest preceding "Running X..." line."""
+    for i in range(index, max(-1, index - 300), -1):
+        m = CONTEXT_RE.match(lines[i])
+        if m:
+            return m.group(1).strip().rstrip(".…:").strip()
+        if "warmup" in lines[i].lower() and i != index:
+            return "warmup"
+    return None
+
+
+def clean_message(text: str) -> str:
+    """A log line without its timestamp, level, module path and gRPC metadata: the part a person reads."""
+    text = LOG_PREFIX_RE.sub("", text.strip())
+    text = GRPC_TAIL_RE.sub("", text)
+    return text.strip() or text

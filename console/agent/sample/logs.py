@@ -1,0 +1,428 @@
+"""Log follower with ``tail -F`` semantics.
+
+Follows the configured ``logs`` plus every ``*.log`` in ``watch_dirs`` modified within
+``discover_max_age`` (directories rescanned every ``DISCOVER_EVERY`` seconds, not every poll).  A poll
+costs one ``stat`` per followed file; a file is read only when its size or inode changed (or a partial
+line is waiting).  Per file and poll it sends at most one ``log`` frame with the new complete lines:
+
+- follows by name: a new inode is ``rotated`` (the old file is drained first), a file shorter than
+  what was read is ``truncated``, a file that appears is ``created``, one that disappears ``missing``;
+  both restart from the first line;
+- ``\\r``-overwritten progress (curl ``-#``) keeps only the text after the last ``\\r`` of a line;
+  a line still being written (no newline) is held, and after ``PARTIAL_AFTER`` seconds sent as its
+  current state with ``partial: true`` (it comes again, same number, when it changes or completes);
+- lines are decoded as UTF-8 with replacement and capped at ``max_line_chars`` (ending with "…");
+- a burst keeps the newest ``BATCH_LINES`` lines / ``BATCH_CHARS`` characters, preceded by one
+  ``[... N lines skipped ...]`` marker line (numbered as the last skipped line; ``skipped: N``);
+- on start each existing file sends its last ``backlog_lines`` lines (``backlog: true``), read
+  backwards from the end; numbering the lines counts newlines in 1 MiB blocks (never the whole file
+  in memory);
+- at detail level "summary" (op ``detail``: the console does not show this host) the agent keeps polling
+  but ``hold``s the frames instead of sending them: merged per file, at most ``backlog_lines`` lines per
+  file (older ones become the ``[... N lines skipped ...]`` marker); ``release()`` hands them out when
+  the level goes back to "full", so the console gets what it missed, in order, numbered as ever.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from typing import Any, Deque, Dict, Iterable, List, Optional, Tuple
+
+from ..wire.config import as_list
+from ..wire.frames import log_frame
+
+DISCOVER_EVERY = 5.0
+PARTIAL_AFTER = 2.0
+BATCH_LINES = 500
+BATCH_CHARS = 64 * 1024
+MAX_DISCOVERED = 32
+MISSING_FORGET = 60.0  # a discovered file missing this long is no longer followed
+READ_CHUNK = 1 << 20
+MAX_READ_PER_POLL = 8 << 20
+TAIL_MAX_BYTES = 2 << 20
+MAX_HELD_FRAMES = 16  # per file at detail "summary" (frames that cannot merge: events, bursts); oldest dropped
+
+
+def clean_line(raw: bytes, max_chars: int) -> str:
+    """One raw line (no newline) as text: last ``\\r`` segment, decoded, capped."""
+    raw = raw.rstrip(b"\r")
+    cut = raw.rfind(b"\r")
+    if cut >= 0:
+        raw = raw[cut + 1 :]
+    if len(raw) > max_chars * 4:
+        raw = raw[: max_chars * 4]
+    text = raw.decode("utf-8", errors="replace")
+    if len(text) > max_chars:
+        text = text[: max(0, max_chars - 1)] + "…"
+    return text
+
+
+class _File:
+    def __init__(self, path: str, explicit: bool) -> None:
+        self.path = path
+        self.explicit = explicit
+        self.fd: Optional[int] = None
+        self.ident: Tuple[int, int] = (0, 0)
+        self.offset = 0  # bytes read so far
+        self.complete_offset = 0  # end of the last complete line
+        self.line_no = 0  # complete lines before complete_offset
+        self.partial = b""  # the line being written (collapsed at its last \r)
+        self.partial_since = 0.0
+        self.partial_sent: Optional[str] = None
+        self.partial_sent_at = 0.0
+        self.pending_event: Optional[str] = None
+        self.missing_since: Optional[float] = None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+            self.fd = None
+
+
+class LogFollower:
+    """``poll()`` -> list of ``log`` frame dicts; ``backlog(lines)`` re-sends the tails."""
+
+    def __init__(self, config: Dict[str, Any]) -> None:
+        self.config = config
+        self.max_chars = int(config.get("max_line_chars", 4096))
+        self.backlog_lines = int(config.get("backlog_lines", 200))
+        self.max_age = float(config.get("discover_max_age", 6 * 3600.0))
+        self.watch_dirs = [os.path.abspath(d) for d in as_list(config.get("watch_dirs"))]
+        self.files: Dict[str, _File] = {}
+        for path in as_list(config.get("logs")):
+            path = os.path.abspath(path)
+            self.files[path] = _File(path, explicit=True)
+        self._started = False
+        self._next_discover = 0.0
+        self._seen_names: Optional[set] = None  # *.log paths present at the previous scan
+        self._held: Dict[str, List[Dict[str, Any]]] = {}  # detail "summary": frames not sent yet, per file
+
+    # -- discovery ------------------------------------------------------------------------------
+    def _discover(self, now: float) -> None:
+        self._next_discover = now + DISCOVER_EVERY
+        wall = time.time()
+        seen = set()
+        fresh: List[Tuple[float, str]] = []
+        for directory in self.watch_dirs:
+            try:
+                it = os.scandir(directory)
+            except OSError:
+                continue
+            with it:
+                for entry in it:
+                    if not entry.name.endswith(".log"):
+                        continue
+                    try:
+                        if not entry.is_file():
+                            continue
+                        mtime = entry.stat().st_mtime
+                    except OSError:
+                        continue
+                    path = os.path.join(directory, entry.name)
+                    seen.add(path)
+                    if path not in self.files and wall - mtime <= self.max_age:
+                        fresh.append((mtime, path))
+        discovered = sum(1 for f in self.files.values() if not f.explicit)
+        for _mtime, path in sorted(fresh, reverse=True)[: max(0, MAX_DISCOVERED - discovered)]:
+            f = _File(path, explicit=False)
+            if self._seen_names is not None and path not in self._seen_names:
+                f.pending_event = "created"  # appeared since the last scan: read it from the start
+            self.files[path] = f
+        self._seen_names = seen
+
+    # -- polling --------------------------------------------------------------------------------
+    def poll(self) -> List[Dict[str, Any]]:
+        now = time.monotonic()
+        if now >= self._next_discover:
+            self._discover(now)
+        first = not self._started
+        self._started = True
+        frames: List[Dict[str, Any]] = []
+        for path in list(self.files):
+            f = self.files[path]
+            frames.extend(self._poll_file(f, now, first))
+            gone_for = None if f.missing_since is None else now - f.missing_since
+            if f.fd is None and not f.explicit and gone_for is not None and gone_for > MISSING_FORGET:
+                del self.files[path]
+        return frames
+
+    def _poll_file(self, f: _File, now: float, first: bool) -> List[Dict[str, Any]]:
+        frames: List[Dict[str, Any]] = []
+        try:
+            st = os.stat(f.path)
+        except OSError:
+            st = None
+        if st is None:
+            if f.fd is not None:
+                frames.extend(self._read_new(f, now, None))  # drain what the old file still had
+                f.close()
+                self._reset(f)
+                frames.append(log_frame(f, [], 1, event="missing"))
+                f.missing_since = now
+            elif f.missing_since is None:
+                f.missing_since = now
+                if first and f.explicit:
+                    frames.append(log_frame(f, [], 1, event="missing"))
+            f.pending_event = "created"
+            return frames
+        ident = (st.st_dev, st.st_ino)
+        if f.fd is not None and ident == f.ident and st.st_size == f.offset and not f.partial:
+            return frames  # the common case, nothing appended: the stat was enough
+        if f.fd is not None and ident != f.ident:
+            frames.extend(self._read_new(f, now, None))
+            f.close()
+            self._reset(f)
+            f.pending_event = "rotated"
+        if f.fd is None:
+            try:
+                f.fd = os.open(f.path, os.O_RDONLY)
+                st = os.fstat(f.fd)
+            except OSError:
+                f.close()
+                return frames
+            f.ident = (st.st_dev, st.st_ino)
+            f.missing_since = None
+            if f.pending_event is None:  # there when we found it: send its tail, follow from the end
+                frames.append(self._open_at_end(f, st.st_size))
+                return frames
+        elif st.st_size < f.offset:
+            self._reset(f)
+            f.pending_event = "truncated"
+        frames.extend(self._read_new(f, now, f.pending_event))
+        f.pending_event = None
+        return frames
+
+    @staticmethod
+    def _reset(f: _File) -> None:
+        f.offset = f.complete_offset = f.line_no = 0
+        f.partial = b""
+        f.partial_since = 0.0
+        f.partial_sent = None
+
+    def _keep_partial(self, f: _File, data: bytes, now: float) -> None:
+        keep_partial(f, data, now, self.max_chars)
+
+    def _read_new(self, f: _File, now: float, event: Optional[str]) -> List[Dict[str, Any]]:
+        """Read what was appended since the last poll; at most one frame."""
+        if f.fd is None:
+            return []
+        kept: Deque[bytes] = deque(maxlen=BATCH_LINES)
+        start_no = f.line_no + 1
+        total = 0
+        budget = MAX_READ_PER_POLL
+        while budget > 0:
+            try:
+                chunk = os.pread(f.fd, min(READ_CHUNK, budget), f.offset)
+            except OSError:
+                break
+            if not chunk:
+                break
+            budget -= len(chunk)
+            f.offset += len(chunk)
+            last_nl = chunk.rfind(b"\n")
+            if last_nl < 0:
+                self._keep_partial(f, f.partial + chunk, now)
+                continue
+            pieces = (f.partial + chunk[: last_nl + 1]).split(b"\n")
+            pieces.pop()  # the empty piece after the final newline
+            total += len(pieces)
+            kept.extend(pieces[-BATCH_LINES:])
+            f.complete_offset = f.offset - (len(chunk) - last_nl - 1)
+            f.partial = b""
+            self._keep_partial(f, chunk[last_nl + 1 :], now)
+        return batch_frames(f, kept, total, start_no, now, self.max_chars, event)
+
+    # -- backlog --------------------------------------------------------------------------------
+    def _open_at_end(self, f: _File, size: int) -> Dict[str, Any]:
+        """Follow from the end of an existing file; the frame carrying its last lines."""
+        assert f.fd is not None
+        count = 0
+        last_nl_end = 0
+        pos = 0
+        while pos < size:
+            try:
+                chunk = os.pread(f.fd, min(READ_CHUNK, size - pos), pos)
+            except OSError:
+                break
+            if not chunk:
+                break
+            count += chunk.count(b"\n")
+            nl = chunk.rfind(b"\n")
+            if nl >= 0:
+                last_nl_end = pos + nl + 1
+            pos += len(chunk)
+        f.offset = pos
+        f.complete_offset = last_nl_end
+        f.line_no = count
+        tail = b""
+        if pos > last_nl_end:
+            try:
+                tail = os.pread(f.fd, min(pos - last_nl_end, self.max_chars * 4 + 16), last_nl_end)
+            except OSError:
+                tail = b""
+        now = time.monotonic()
+        self._keep_partial(f, tail, now)
+        return self._backlog_frame(f, self.backlog_lines)
+
+    def _tail_lines(self, f: _File, n: int) -> List[str]:
+        """The last ``n`` complete lines before ``complete_offset``, read backwards."""
+        if f.fd is None or n <= 0 or f.complete_offset == 0:
+            return []
+        end = f.complete_offset
+        buf = b""
+        pos = end
+        while pos > 0 and buf.count(b"\n") <= n and len(buf) < TAIL_MAX_BYTES:
+            step = min(64 * 1024, pos)
+            pos -= step
+            try:
+                buf = os.pread(f.fd, step, pos) + buf
+            except OSError:
+                return []
+        pieces = buf.split(b"\n")
+        pieces.pop()  # after the final newline
+        if pos > 0:
+            pieces = pieces[1:]  # the first piece may be the end of a longer line
+        return [clean_line(raw, self.max_chars) for raw in pieces[-n:]]
+
+    def _backlog_frame(self, f: _File, n: int) -> Dict[str, Any]:
+        lines = self._tail_lines(f, n)
+        first_line = f.line_no - len(lines) + 1
+        return backlog_frame(f, lines, first_line, self.max_chars)
+
+    def backlog(self, lines: int) -> List[Dict[str, Any]]:
+        """The last ``lines`` lines of every followed file that is open (``backlog: true``)."""
+        return [self._backlog_frame(f, int(lines)) for f in self.files.values() if f.fd is not None]
+
+    def close(self) -> None:
+        for f in self.files.values():
+            f.close()
+
+    # -- detail level "summary" -----------------------------------------------------------------
+    def hold(self, frames: List[Dict[str, Any]]) -> None:
+        """Keep ``frames`` (what ``poll`` gave) instead of sending them (``hold_frames``)."""
+        hold_frames(self._held, frames, self.backlog_lines)
+
+    def release(self) -> List[Dict[str, Any]]:
+        """The held frames, in order (back at detail "full"); nothing is held after."""
+        out = [frame for held in self._held.values() for frame in held]
+        self._held = {}
+        return out
+
+    @property
+    def held_lines(self) -> int:
+        return sum(len(f["lines"]) for held in self._held.values() for f in held)
+
+
+def hold_frames(held_by_path: Dict[str, List[Dict[str, Any]]], frames: List[Dict[str, Any]], cap: int) -> None:
+    """Add ``frames`` to ``held_by_path``: merged per file while the numbering runs on, at most ``cap`` lines
+    per file (the oldest become a skipped marker).  What the agent sends, in order, back at detail "full"."""
+    cap = max(1, cap)
+    for frame in frames:
+        held = held_by_path.setdefault(frame["path"], [])
+        last = held[-1] if held else None
+        cut = frame["first_line"] - last["first_line"] if last is not None else -1
+        if (last is not None and frame.get("event") is None and not frame.get("skipped")
+                and 0 <= cut <= len(last["lines"])):
+            last["lines"] = last["lines"][:cut] + frame["lines"]  # lines sent again (partial) replace theirs
+            last.pop("partial", None)
+            if frame.get("partial"):
+                last["partial"] = True
+        else:
+            held.append(dict(frame, lines=list(frame["lines"])))
+        _trim_held(held, cap)
+
+
+def _trim_held(held: List[Dict[str, Any]], cap: int) -> None:
+    """Cut a file's held frames to ``cap`` lines: the oldest lines become (or join) a skipped marker."""
+    while len(held) > MAX_HELD_FRAMES:
+        held.pop(0)
+    excess = sum(len(f["lines"]) - (1 if f.get("skipped") else 0) for f in held) - cap
+    i = 0
+    while excess > 0 and i < len(held):
+        f = held[i]
+        skipped = int(f.get("skipped") or 0)
+        body = f["lines"][1:] if skipped else f["lines"]
+        drop = min(excess, len(body))
+        if drop == 0:
+            i += 1
+            continue
+        excess -= drop
+        first = f["first_line"] + (1 if skipped else 0) + drop  # the first line kept
+        f["lines"] = ["[... %d lines skipped ...]" % (skipped + drop), *body[drop:]]
+        f["first_line"], f["skipped"] = first - 1, skipped + drop
+        nxt = held[i + 1] if i + 1 < len(held) else None
+        if (len(f["lines"]) == 1 and f.get("event") is None and nxt is not None and nxt.get("event") is None
+                and nxt.get("skipped")):
+            # nothing of it left but the marker: its count joins the next frame's marker (the same numbering)
+            n = int(nxt["skipped"]) + f["skipped"]
+            nxt["lines"][0] = "[... %d lines skipped ...]" % n
+            nxt["skipped"] = n
+            held.pop(i)
+            continue
+        i += 1
+
+
+def backlog_frame(f: Any, lines: List[str], first_line: int, max_chars: int) -> Dict[str, Any]:
+    """The backlog frame for ``f``: its last ``lines`` (numbered from ``first_line``) plus the partial line."""
+    partial = False
+    if f.partial:
+        text = clean_line(f.partial, max_chars)
+        lines.append(text)
+        partial = True
+        f.partial_sent = text
+    return log_frame(f, lines, first_line, backlog=True, partial=partial)
+
+
+def batch_frames(
+    f: Any, kept: Iterable[bytes], total: int, start_no: int, now: float, max_chars: int, event: Optional[str]
+) -> List[Dict[str, Any]]:
+    """The frame for ``total`` new complete lines of ``f`` (the last ``kept`` of them as bytes), numbered from
+    ``start_no``: capped to a batch (with a skipped marker), plus the pending partial line once it settled.
+
+    ``f`` carries ``path, line_no, partial, partial_since, partial_sent, partial_sent_at`` (a followed file,
+    here or in the console's agentless follower).
+    """
+    f.line_no += total
+    lines = [clean_line(raw, max_chars) for raw in kept]
+    skipped = total - len(lines)
+    chars = sum(len(x) for x in lines)
+    while lines and chars > BATCH_CHARS:
+        chars -= len(lines.pop(0))
+        skipped += 1
+    first_line = start_no + skipped
+    partial = False
+    if f.partial and now - f.partial_since >= PARTIAL_AFTER and now - f.partial_sent_at >= PARTIAL_AFTER:
+        text = clean_line(f.partial, max_chars)
+        if text != f.partial_sent or lines:
+            lines.append(text)
+            partial = True
+            f.partial_sent, f.partial_sent_at = text, now
+    if skipped:
+        lines.insert(0, "[... %d lines skipped ...]" % skipped)
+        first_line -= 1
+    if not lines and event is None:
+        return []
+    return [log_frame(f, lines, first_line, event=event, partial=partial, skipped=skipped)]
+
+
+def keep_partial(f: Any, data: bytes, now: float, max_chars: int) -> None:
+    """Hold ``data`` (the text after the last newline) as ``f``'s partial line; a runaway one (a progress
+    bar redrawn with ``\\r`` for hours) is cut to its last state and capped."""
+    if data and not f.partial:
+        f.partial_since = now
+    if not data:
+        f.partial_since = 0.0
+        f.partial_sent = None
+    limit = max_chars * 4 + 16
+    if len(data) > limit:
+        stripped = data.rstrip(b"\r")
+        cut = stripped.rfind(b"\r")
+        if cut >= 0:
+            data = data[cut + 1 :]
+        data = data[:limit]
+    f.partial = data

@@ -1,0 +1,3 @@
+"""The wire contract shared by the agent and the console: the only agent package the console imports.
+
+Frame types, frame rules, the agent's config and defaults, the age format, process matching."""

@@ -1,0 +1,1 @@
+"""The fleet core, free of any UI: controller, state, statuses, actions, audit, reloads."""

@@ -1,0 +1,1 @@
+"""Observers of the fleet state: metrics, history, alerts, recording."""

@@ -1,0 +1,275 @@
+"""Alerts out: the fleet file's ``[[alert]]`` rules, evaluated each second, posted to webhooks.
+
+A rule matches instances (name patterns, tags) and fires for one that has been in one of its ``statuses``
+(or whose last verdict is one of its ``verdicts``) for ``for`` seconds; while firing it is sent again every
+``repeat`` seconds; when the condition clears a ``resolved`` notification follows (``send_resolved``).
+Each (rule, instance) is one alert with a stable fingerprint, so nothing is sent twice for one change.
+
+The JSON is Alertmanager's webhook payload (version 4), so receivers written for Alertmanager (chat
+bridges, incident tools) take it as is. Delivery never blocks the console: each webhook has its own queue
+and task; a post runs in a thread with a timeout, and a failing receiver is retried with exponential
+backoff (1 s doubling to 5 min, at most ``MAX_ATTEMPTS`` tries) while newer notifications wait behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import fnmatch
+import hashlib
+import json
+import logging
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from console.core.state import FleetState, InstanceState
+from console.inventory.schema import AlertSpec
+
+log = logging.getLogger("fleet_console.alerts")
+
+POST_TIMEOUT = 10.0
+BACKOFF_FIRST = 1.0
+BACKOFF_MAX = 300.0
+MAX_ATTEMPTS = 12
+MAX_QUEUE = 1000
+ZERO_TIME = "0001-01-01T00:00:00Z"  # Alertmanager's "no end" for a firing alert
+
+
+def fleet_alerts(fleet: Any) -> list[AlertSpec]:
+    """The fleet file's rules (``load_fleet`` carries them as ``fleet.alerts``; none for the demo)."""
+    return list(getattr(fleet, "alerts", None) or ())
+
+
+def _iso(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def fingerprint(rule: str, name: str) -> str:
+    return hashlib.sha256(f"{rule}\0{name}".encode()).hexdigest()[:16]
+
+
+@dataclass
+class Alert:
+    rule: AlertSpec
+    name: str
+    pending_since: float
+    labels: dict[str, str] = field(default_factory=dict)
+    detail: str = ""
+    firing: bool = False
+    starts_at: float = 0.0
+    last_sent: float = 0.0
+
+    def as_json(self, status: str, now: float) -> dict[str, Any]:
+        summary = self.rule.summary or f"{self.name}: {self.labels.get('status', '')}"
+        return {
+            "status": status,
+            "labels": dict(self.labels),
+            "annotations": {"summary": summary, "description": self.detail, "rule_source": self.rule.source},
+            "startsAt": _iso(self.starts_at),
+            "endsAt": _iso(now) if status == "resolved" else ZERO_TIME,
+            "generatorURL": "",
+            "fingerprint": fingerprint(self.rule.name, self.name),
+        }
+
+
+def matches(rule: AlertSpec, inst: InstanceState) -> bool:
+    if rule.instances and not any(fnmatch.fnmatchcase(inst.name, p) for p in rule.instances):
+        return False
+    return not rule.tags or any(t in inst.tags for t in rule.tags)
+
+
+def condition(rule: AlertSpec, inst: InstanceState) -> tuple[bool, str, str, str]:
+    """(true?, the status it is in, the verdict code, why) for one instance under one rule.
+
+    A host between two reconnect attempts shows "connecting": its last settled status counts, so an
+    unreachable host does not resolve and fire again on every retry.
+    """
+    status, detail = inst.status, inst.status_detail
+    if status == "connecting" and inst.settled_status is not None:
+        status, detail = inst.settled_status, inst.settled_detail
+    diag: dict[str, Any] = dict(inst.diagnosis or {})
+    verdict = str((diag.get("verdict") or {}).get("code") or "")
+    if status in rule.statuses:
+        return True, status, verdict, detail
+    if verdict and verdict in rule.verdicts:
+        return True, status, verdict, inst.verdict_summary() or detail
+    return False, status, verdict, detail
+
+
+def payload(
+    rule: AlertSpec, status: str, alerts: list[dict[str, Any]], receiver: str = "fleet-console"
+) -> dict[str, Any]:
+    """Alertmanager's webhook body (version 4) for one rule's alerts that changed together."""
+    common = {k: v for k, v in alerts[0]["labels"].items() if all(a["labels"].get(k) == v for a in alerts)}
+    return {
+        "version": "4",
+        "groupKey": f'{{}}:{{alertname="{rule.name}"}}',
+        "truncatedAlerts": 0,
+        "status": status,
+        "receiver": receiver,
+        "groupLabels": {"alertname": rule.name},
+        "commonLabels": common,
+        "commonAnnotations": {"summary": rule.summary} if rule.summary else {},
+        "externalURL": "",
+        "alerts": alerts,
+    }
+
+
+class WebhookSender:
+    """One receiver: a queue of bodies posted in order; retried with backoff; never waited on by the console."""
+
+    def __init__(self, url: str, on_failure: Callable[[str], None] | None = None) -> None:
+        self.url = url
+        self.queue: deque[tuple[bytes, str]] = deque()
+        self.on_failure = on_failure
+        self.sent = 0
+        self.dropped = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"webhook {self.url}")
+
+    def post(self, body: dict[str, Any], what: str) -> None:
+        if len(self.queue) >= MAX_QUEUE:
+            self.queue.popleft()
+            self.dropped += 1
+            log.warning("webhook %s: queue full, dropped the oldest notification", self.url)
+        self.queue.append((json.dumps(body, separators=(",", ":")).encode(), what))
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self.queue:
+                body, what = self.queue[0]
+                delay = BACKOFF_FIRST
+                for attempt in range(1, MAX_ATTEMPTS + 1):
+                    try:
+                        await asyncio.to_thread(_post, self.url, body)
+                        self.sent += 1
+                        break
+                    except Exception as exc:  # any failure of the receiver is retried, none reaches the console
+                        if self.on_failure is not None:
+                            self.on_failure(self.url)
+                        if attempt == MAX_ATTEMPTS:
+                            self.dropped += 1
+                            log.error("webhook %s: gave up on %s after %d attempts: %s", self.url, what, attempt, exc)
+                            break
+                        log.warning("webhook %s: %s failed (attempt %d): %s; retry in %gs",
+                                    self.url, what, attempt, exc, delay)
+                        await asyncio.sleep(delay)
+                        delay = min(delay * 2, BACKOFF_MAX)
+                if self.queue and self.queue[0][0] is body:
+                    self.queue.popleft()
+
+    async def close(self, grace: float = 2.0) -> None:
+        """Give queued notifications ``grace`` seconds (a resolved alert at shutdown), then stop."""
+        deadline = time.monotonic() + grace
+        while self.queue and time.monotonic() < deadline and self._task is not None and not self._task.done():
+            await asyncio.sleep(0.05)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+
+
+def _post(url: str, body: bytes) -> None:
+    request = urllib.request.Request(
+        url, data=body, method="POST",
+        headers={"Content-Type": "application/json", "User-Agent": "fleet-console"},
+    )
+    with urllib.request.urlopen(request, timeout=POST_TIMEOUT) as response:  # http(s) only: the schema checks the URL
+        response.read(65536)
+
+
+class AlertEngine:
+    """Evaluates the rules against the fleet state; ``evaluate()`` about once a second."""
+
+    def __init__(self, rules: Iterable[AlertSpec], state: FleetState, bell: Callable[[], None] | None = None,
+                 count: Callable[[str, tuple[str, ...]], None] | None = None) -> None:
+        self.rules = list(rules)
+        self.state = state
+        self.bell = bell
+        self.count = count
+        self.active: dict[tuple[str, str], Alert] = {}
+        self.senders: dict[str, WebhookSender] = {}
+        for rule in self.rules:
+            for url in rule.webhooks:
+                if url not in self.senders:
+                    self.senders[url] = WebhookSender(url, self._failed)
+
+    def _failed(self, url: str) -> None:
+        if self.count is not None:
+            self.count("fleet_webhook_failures", (url,))
+
+    def start(self) -> None:
+        for sender in self.senders.values():
+            sender.start()
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(s.close() for s in self.senders.values()), return_exceptions=True)
+
+    def firing(self) -> list[Alert]:
+        return [a for a in self.active.values() if a.firing]
+
+    def evaluate(self, now: float | None = None) -> None:
+        now = self.state.clock() if now is None else now
+        out: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        ring = False
+        for rule in self.rules:
+            for inst in self.state.instances.values():
+                key = (rule.name, inst.name)
+                if not matches(rule, inst):
+                    self._clear(key, now, out)
+                    continue
+                true, status, verdict, detail = condition(rule, inst)
+                if not true:
+                    self._clear(key, now, out)
+                    continue
+                alert = self.active.get(key)
+                if alert is None:
+                    alert = self.active[key] = Alert(rule, inst.name, pending_since=now)
+                alert.labels = {"alertname": rule.name, "name": inst.name, "host": inst.host, "status": status,
+                                "severity": rule.severity, "tags": ",".join(inst.tags)}
+                if verdict:
+                    alert.labels["verdict"] = verdict
+                alert.detail = detail
+                if not alert.firing and now - alert.pending_since >= rule.for_seconds:
+                    alert.firing, alert.starts_at, alert.last_sent = True, now, now
+                    out.setdefault((rule.name, "firing"), []).append(alert.as_json("firing", now))
+                    ring = ring or rule.bell
+                elif alert.firing and rule.repeat > 0 and now - alert.last_sent >= rule.repeat:
+                    alert.last_sent = now
+                    out.setdefault((rule.name, "firing"), []).append(alert.as_json("firing", now))
+        for key in [k for k in self.active if k[1] not in self.state.instances]:  # instance left the fleet
+            self._clear(key, now, out)
+        self._send(out)
+        if ring and self.bell is not None:
+            self.bell()
+
+    def _clear(self, key: tuple[str, str], now: float, out: dict[tuple[str, str], list[dict[str, Any]]]) -> None:
+        alert = self.active.pop(key, None)
+        if alert is not None and alert.firing and alert.rule.send_resolved:
+            out.setdefault((alert.rule.name, "resolved"), []).append(alert.as_json("resolved", now))
+
+    def _send(self, out: dict[tuple[str, str], list[dict[str, Any]]]) -> None:
+        rules = {r.name: r for r in self.rules}
+        for (name, status), alerts in out.items():
+            rule = rules[name]
+            body = payload(rule, status, alerts)
+            names = ", ".join(a["labels"]["name"] for a in alerts)
+            log.info("alert %s %s: %s", name, status, names)
+            if self.count is not None:
+                self.count("fleet_alert_notifications", (name, status))
+            for url in rule.webhooks:
+                self.senders[url].post(body, f"{name} {status} ({names})")

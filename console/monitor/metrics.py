@@ -1,0 +1,318 @@
+"""The Prometheus exporter: ``/metrics`` read from the fleet state at scrape time.
+
+A custom ``Collector`` walks ``FleetState`` when Prometheus asks (every 15 s or so) instead of updating
+gauges on every frame: frames stay a few dict updates, and a scrape costs what it costs once. The HTTP
+side is a small asyncio server in the console's own event loop, so a scrape sees the state between two
+frames (no thread reads dicts the loop is changing). Bound to 127.0.0.1 unless told otherwise.
+
+Labels: ``name`` (the instance; ``instance`` is Prometheus's own target label), ``host``, ``tags`` (comma
+separated) on the instance series; per GPU ``name``, ``gpu`` (index), ``uuid``, ``model``, with host and tags
+by a join on ``fleet_instance_info`` (800 GPUs x 9 series stay small). docs/monitoring.md lists every metric.
+The text format is written by ``render_text`` from plain tuples (a scrape of 100 x 8 GPUs in a few tens of
+ms); OpenMetrics, when asked for, goes through prometheus-client's encoder from the same ``gather``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import math
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
+
+from console.core.state import FleetState, InstanceState
+from console.core.status import STATUSES
+
+DEFAULT_PORT = 9847
+DEFAULT_BIND = "127.0.0.1"
+MAX_REQUEST_BYTES = 16 * 1024
+REQUEST_TIMEOUT = 10.0
+
+INST = ["name", "host", "tags"]
+GPU = ["name", "gpu", "uuid", "model"]  # host and tags by a join on fleet_instance_info (keeps 8 GPUs' series small)
+# (metric suffix, help, sample key, scale); the GPU gauges
+GPU_GAUGES = (
+    ("utilization_percent", "GPU utilization (%)", "util", 1.0),
+    ("memory_used_bytes", "GPU memory used", "mem_used", 1.0),
+    ("memory_total_bytes", "GPU memory total", "mem_total", 1.0),
+    ("temperature_celsius", "GPU temperature", "temp", 1.0),
+    ("power_watts", "GPU power draw", "power", 1.0),
+    ("power_limit_watts", "GPU power limit", "power_limit", 1.0),
+    ("sm_clock_hertz", "GPU SM clock", "sm_clock", 1e6),
+    ("memory_clock_hertz", "GPU memory clock", "mem_clock", 1e6),
+)
+
+
+class Family:
+    """One metric's samples as plain tuples: cheap to build per scrape, rendered by ``render_text`` (the
+    hot path) or turned into prometheus-client families by ``FleetCollector.collect``."""
+
+    __slots__ = ("help", "kind", "labels", "name", "samples")
+
+    def __init__(self, name: str, help: str, labels: list[str], kind: str = "gauge") -> None:
+        self.name, self.help, self.labels, self.kind = name, help, labels, kind
+        self.samples: list[tuple[tuple[str, ...], float]] = []
+
+
+def gather(state: FleetState, counters: dict[str, dict[tuple[str, ...], float]], now: float) -> list[Family]:
+    """Every metric of the fleet at ``now``: one walk over the state."""
+    f = Family
+    info = f("fleet_instance_info", "1 per instance; join on name for host and tags", INST)
+    up = f("fleet_instance_up", "1 when the console's link to the instance is connected", INST)
+    status = f("fleet_instance_status", "1 for the instance's current status", [*INST, "status"])
+    age = f("fleet_instance_data_age_seconds", "seconds since the instance's last data", INST)
+    bench = f("fleet_benchmark_up", "1 when a benchmark process runs (absent: unknown)", INST)
+    verdict = f("fleet_instance_verdict", "1 for the last diagnosis verdict", [*INST, "code", "severity"])
+    verdict_ts = f("fleet_instance_verdict_timestamp_seconds", "when the last diagnosis ran", INST)
+    findings = f("fleet_diagnosis_findings", "findings of the last diagnosis by code", [*INST, "code", "severity"])
+    lost = f("fleet_gpu_lost", "1 when the GPU is lost or missing from the instance's report", GPU)
+    gauges = [(f("fleet_gpu_" + suffix, text, GPU), key, scale) for suffix, text, key, scale in GPU_GAUGES]
+    proc_mem = f("fleet_process_gpu_memory_bytes", "GPU memory of the benchmark's processes",
+                 [*INST, "gpu", "pid", "process"])
+    totals = f("fleet_instances", "instances by status", ["status"])
+    for inst in state.instances.values():
+        base = (inst.name, inst.host, ",".join(inst.tags))
+        info.samples.append((base, 1.0))
+        up.samples.append((base, 1.0 if inst.link_status == "connected" else 0.0))
+        current = inst.status
+        status.samples.extend(((*base, s), 1.0 if current == s else 0.0) for s in STATUSES)
+        a = inst.age(now)
+        if a is not None:
+            age.samples.append((base, a))
+        if inst.bench_running is not None:
+            bench.samples.append((base, 1.0 if inst.bench_running else 0.0))
+        _diagnosis(inst, base, verdict, verdict_ts, findings)
+        bench_pids = _bench_pids(inst)
+        for gpu in inst.gpus.values():
+            static: dict[str, Any] = gpu.static  # type: ignore[assignment]
+            labels = (inst.name, str(gpu.index), str(static.get("uuid") or ""), str(static.get("name") or ""))
+            gone = gpu.lost or gpu.missing
+            lost.samples.append((labels, 1.0 if gone else 0.0))
+            if gone:
+                continue
+            sample: dict[str, Any] = gpu.sample  # type: ignore[assignment]
+            for family, key, scale in gauges:
+                value = sample.get(key)
+                if value is None:
+                    value = static.get(key)
+                if value is not None:
+                    family.samples.append((labels, value * scale))
+            if bench_pids:
+                for p in sample.get("procs") or ():
+                    name = bench_pids.get(p.get("pid"))
+                    if name is not None and p.get("mem") is not None:
+                        proc_mem.samples.append(((*base, str(gpu.index), str(p["pid"]), name), p["mem"]))
+    counts = state.totals()
+    totals.samples.extend(((s,), float(counts[s])) for s in STATUSES)
+    frames = f("fleet_frames", "frames received from the agents", [], "counter")
+    frames.samples.append(((), float(state.frames)))
+    out = [info, up, status, age, bench, verdict, verdict_ts, findings, lost, *(g for g, _, _ in gauges), proc_mem,
+           totals, frames]
+    for metric, (text, names) in COUNTERS.items():
+        counter = f(metric, text, names, "counter")
+        counter.samples.extend(counters.get(metric, {}).items())
+        out.append(counter)
+    return out
+
+
+def _diagnosis(inst: InstanceState, base: tuple[str, ...], verdict: Family, verdict_ts: Family,
+               findings: Family) -> None:
+    diag = inst.diagnosis
+    if not diag:
+        return
+    v = diag.get("verdict") or {}
+    verdict.samples.append(((*base, str(v.get("code") or ""), str(v.get("severity") or "")), 1.0))
+    if inst.diagnosis_at is not None:
+        verdict_ts.samples.append((base, inst.diagnosis_at))
+    by_code: dict[tuple[str, str], int] = {}
+    for finding in diag.get("findings") or ():
+        key = (str(finding.get("code") or ""), str(finding.get("severity") or ""))
+        by_code[key] = by_code.get(key, 0) + 1
+    for (code, severity), n in by_code.items():
+        findings.samples.append(((*base, code, severity), float(n)))
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(value: float) -> str:
+    if value != value:
+        return "NaN"
+    if value in (math.inf, -math.inf):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
+
+
+def render_text(families: list[Family]) -> bytes:
+    """The Prometheus text format (0.0.4), as prometheus-client writes it, without its per-sample objects:
+    a label set shared by several metrics (a GPU's) is escaped once."""
+    out: list[str] = []
+    cache: dict[int, str] = {}
+    for fam in families:
+        name = fam.name + "_total" if fam.kind == "counter" else fam.name
+        out.append(f"# HELP {name} {fam.help}\n# TYPE {name} {fam.kind}\n")
+        names = fam.labels
+        for values, value in fam.samples:
+            text = cache.get(id(values))
+            if text is None:
+                text = cache[id(values)] = (
+                    "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in zip(names, values, strict=True)) + "}"
+                    if values else "")
+            out.append(f"{name}{text} {value!r}\n" if value - value == 0 else f"{name}{text} {_number(value)}\n")
+    return "".join(out).encode()
+
+
+class FleetCollector(Collector):
+    """The fleet state as prometheus-client metric families, built per scrape (``gather``).
+
+    ``counters()`` gives monotonically growing counts kept elsewhere (restarts, transitions, alerts), as
+    ``{metric: {(label values...): value}}`` with each metric's label names in ``COUNTERS``.
+    """
+
+    def __init__(self, state: FleetState, counters: Callable[[], dict[str, dict[tuple[str, ...], float]]] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.state = state
+        self.counters = counters
+        self.clock = clock
+
+    def describe(self) -> list[Metric]:
+        return []  # no collect() at registration time
+
+    def gather(self) -> list[Family]:
+        return gather(self.state, self.counters() if self.counters is not None else {}, self.clock())
+
+    def collect(self) -> Iterator[Metric]:
+        for fam in self.gather():
+            metric: Metric
+            if fam.kind == "counter":
+                metric = CounterMetricFamily(fam.name, fam.help, labels=fam.labels)
+            else:
+                metric = GaugeMetricFamily(fam.name, fam.help, labels=fam.labels)
+            for values, value in fam.samples:
+                metric.add_metric(list(values), value)
+            yield metric
+
+
+# Counter metrics the monitoring keeps: name -> (help, label names).
+COUNTERS: dict[str, tuple[str, list[str]]] = {
+    "fleet_restarts": ("benchmark restarts by outcome (ok, failed, refused)", ["name", "host", "outcome"]),
+    "fleet_status_changes": ("status transitions by the status entered", ["name", "host", "status"]),
+    "fleet_alert_notifications": ("alert notifications queued by rule and state", ["alertname", "state"]),
+    "fleet_webhook_failures": ("webhook posts that failed (each retry counts)", ["webhook"]),
+}
+
+
+def _bench_pids(inst: InstanceState) -> dict[int, str]:
+    """pid -> process name of the instance's benchmark processes (its ``match`` patterns)."""
+    if not inst.bench_patterns or not inst.procs:
+        return {}
+    out = {}
+    for pid, rec in inst.procs.items():
+        text = rec.get("cmdline") or rec.get("name") or ""
+        if any(p.search(text) for p in inst.bench_patterns):
+            out[pid] = str(rec.get("name") or "")
+    return out
+
+
+def make_registry(collector: Collector) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return registry
+
+
+def render(collector: FleetCollector, registry: CollectorRegistry, accept: str = "") -> tuple[bytes, str]:
+    """The exposition for a scrape and its content type: the text format from ``render_text`` (fast), or
+    OpenMetrics through prometheus-client when the scraper asks for it."""
+    encoder, content_type = choose_encoder(accept)
+    if content_type.startswith("text/plain"):
+        return render_text(collector.gather()), content_type
+    return encoder(registry), content_type
+
+
+class MetricsServer:
+    """``GET /metrics`` (and ``/``, ``/healthz``) on an asyncio server; one request per connection."""
+
+    def __init__(self, collector: FleetCollector, host: str = DEFAULT_BIND, port: int = DEFAULT_PORT) -> None:
+        self.collector = collector
+        self.registry = make_registry(collector)
+        self.host = host
+        self.port = port
+        self._server: asyncio.Server | None = None
+        self.scrapes = 0
+        self.last_scrape_seconds = 0.0
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, self.host, self.port, limit=MAX_REQUEST_BYTES)
+        sock = self._server.sockets[0] if self._server.sockets else None
+        if sock is not None:
+            self.port = int(sock.getsockname()[1])
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+            self._server = None
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT)
+            lines = head.decode("latin-1").split("\r\n")
+            method, target = [*lines[0].split(" "), "", ""][:2]
+            headers = {}
+            for line in lines[1:]:
+                key, sep, value = line.partition(":")
+                if sep:
+                    headers[key.strip().lower()] = value.strip()
+            path = target.split("?", 1)[0]
+            if method not in ("GET", "HEAD"):
+                await _respond(writer, 405, b"only GET\n", "text/plain", method)
+            elif path == "/metrics":
+                started = time.perf_counter()
+                body, ctype = render(self.collector, self.registry, headers.get("accept", ""))
+                self.last_scrape_seconds = time.perf_counter() - started
+                self.scrapes += 1
+                extra = {}
+                if "gzip" in headers.get("accept-encoding", ""):
+                    body = gzip.compress(body, compresslevel=1)
+                    extra["Content-Encoding"] = "gzip"
+                await _respond(writer, 200, body, ctype, method, extra)
+            elif path == "/healthz":
+                await _respond(writer, 200, b"ok\n", "text/plain", method)
+            elif path == "/":
+                page = b"fleet-console exporter: see /metrics\n"
+                await _respond(writer, 200, page, "text/plain", method)
+            else:
+                await _respond(writer, 404, b"not found\n", "text/plain", method)
+        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+
+async def _respond(writer: asyncio.StreamWriter, code: int, body: bytes, ctype: str, method: str,
+                   extra: dict[str, str] | None = None) -> None:
+    reason = {200: "OK", 404: "Not Found", 405: "Method Not Allowed"}.get(code, "")
+    head = [f"HTTP/1.1 {code} {reason}", f"Content-Type: {ctype}", f"Content-Length: {len(body)}",
+            "Connection: close"]
+    head += [f"{k}: {v}" for k, v in (extra or {}).items()]
+    writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+    if method != "HEAD":
+        writer.write(body)
+    await writer.drain()
+

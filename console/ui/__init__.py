@@ -1,0 +1,1 @@
+"""The Textual application: the app, the replay screen, the shell, idle collection."""
