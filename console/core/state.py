@@ -17,11 +17,11 @@ import time
 from collections import deque
 from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Set, Tuple, TypedDict, cast
 
-from console.agent.actions.restart import RESTART_MARKER
 from console.agent.wire.config import STARTUP_GRACE_SECONDS as STARTUP_GRACE  # the diagnosis's grace too
 from console.agent.wire.frames import STATIC_GPU_FIELDS  # the fields a full gpu frame adds, as the agent writes them
 from console.agent.wire.procmatch import matches_program
 from console.agent.wire.protocol import (
+    RESTART_MARKER,
     DiagnosisResult,
     ErrorFrame,
     Frame,

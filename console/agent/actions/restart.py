@@ -24,13 +24,12 @@ from typing import Any, List, Mapping, Optional, Sequence, Set
 from ..diagnosis.signatures import read_tail
 from ..wire.config import DEFAULTS, AgentConfig, BenchmarkConfig, compile_patterns, plain
 from ..wire.procmatch import matches_program
-from ..wire.protocol import RestartResult, Started, StopResult
+from ..wire.protocol import RESTART_MARKER, RestartResult, Started, StopResult
 
 _LOCK = threading.Lock()
 START_CHECK_SECONDS = 1.0
 KILL_WAIT_SECONDS = 5.0
 LOG_TAIL_LINES = 20  # lines of a dead start's output sent back with the result
-RESTART_MARKER = "[fleet-agent] benchmark restarted at "
 
 
 def _stat_fields(pid: int) -> Optional[List[str]]:

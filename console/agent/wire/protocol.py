@@ -16,6 +16,8 @@ from typing import IO, Any, Dict, List, Literal, Optional, TypedDict  # both in 
 PROTOCOL_VERSION = 1
 FRAME_TYPES = ("hello", "heartbeat", "gpu", "procs", "log", "result", "error")
 MAX_LINE_BYTES = 8 * 1024 * 1024
+# The line a restart writes into the benchmark's log; the console takes it as "the run began again here".
+RESTART_MARKER = "[fleet-agent] benchmark restarted at "
 
 
 # -- The wire contract -------------------------------------------------------------------------------------------
