@@ -576,6 +576,10 @@ class FleetState:
     def peek_dirty(self) -> Set[str]:
         return set(self._dirty)
 
+    def mark_dirty(self, names: Iterable[str]) -> None:
+        """Have ``names`` repainted at the next ``take_dirty`` (panes whose text ages by itself)."""
+        self._dirty.update(names)
+
     def take_events(self) -> List[Tuple[str, str, str, str]]:
         """``(name, old_status, new_status, detail)`` for every change to a worse status."""
         events = list(self._events)

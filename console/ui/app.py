@@ -238,7 +238,7 @@ class FleetApp(App):
             self._last_tick = now
             state.tick(now)
             # panes whose text ages by itself ("last seen 2m ago", "restarted 40s ago") repaint each second
-            state._dirty.update(
+            state.mark_dirty(
                 n for n, inst in state.instances.items() if pane_ages(inst, now) or self.retry_at(n) is not None
             )
         dirty = state.take_dirty()
