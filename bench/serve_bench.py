@@ -35,7 +35,7 @@ os.environ.setdefault("FLEET_CONSOLE_STATE_DIR", tempfile.mkdtemp(prefix="fleet-
 
 from console.inventory import BenchmarkSpec, Fleet, Instance
 from console.monitor.history import History
-from console.serve import MonitoredController, Monitoring
+from console.monitor.monitoring import MonitoredController, Monitoring
 
 GIB = 2**30
 

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
+import runpy
 import sys
+from collections.abc import Callable
+from typing import cast
 
 from console import __version__
 
@@ -97,12 +101,44 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Each command's module and function, imported only when that command runs (the TUI's Textual stays unloaded
+# for `status`, MCP's SDK for `check`). No entry point imports another: this table is the one door.
+ENTRY_POINTS = {
+    "run": ("console.commands", "dispatch"),
+    "check": ("console.commands", "dispatch"),
+    "status": ("console.commands", "dispatch"),
+    "diagnose": ("console.commands", "dispatch"),
+    "restart": ("console.commands", "dispatch"),
+    "demo": ("console.demo.run", "run_demo"),
+    "serve": ("console.serve", "run_serve"),
+    "replay": ("console.monitor.record", "run_replay"),
+    "history": ("console.monitor.history", "run_history"),
+    "mcp": ("console.mcp.command", "main"),
+}
+
+
+def entry_point(command: str) -> Callable[[argparse.Namespace], int]:
+    module, function = ENTRY_POINTS[command]
+    return cast(Callable[[argparse.Namespace], int], getattr(importlib.import_module(module), function))
+
+
+def run_agent(argv: list[str]) -> int:
+    """`fleet-console agent ...`: the agent program itself, as ``python -m console.agent`` runs it."""
+    saved = sys.argv
+    sys.argv = ["fleet-console agent", *argv]
+    try:
+        runpy.run_module("console.agent", run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv = saved
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "agent":
-        from console.agent.main import main as agent_main
-
-        return agent_main(argv[1:])
+        return run_agent(argv[1:])
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv.insert(0, "run")
     args = build_parser().parse_args(argv)
@@ -110,15 +146,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.demo and not 1 <= args.instances <= 64:
             print(f"fleet-console: --instances must be from 1 to 64, not {args.instances}", file=sys.stderr)
             return 2
-        from console.mcp import main as mcp_main
-
-        return mcp_main(args)
-    from console import commands
+        return entry_point("mcp")(args)
+    from console.core.actions import ActionError
+    from console.fleet_file import fail
+    from console.inventory import ConfigError
 
     try:
-        code = commands.dispatch(args)
+        code = entry_point(args.command)(args)
         sys.stdout.flush()  # a reader that left (``| head``) shows here, inside the try
         return code
+    except (ConfigError, ActionError) as exc:  # a bad fleet file, a refused action: one line
+        return fail(str(exc))
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -1,4 +1,8 @@
-"""What each command-line command does; errors become one line on stderr and exit status 2."""
+"""The console's own commands: the TUI (``run``), ``check``, ``status``, ``diagnose``, ``restart``.
+
+Errors become one line on stderr and exit status 2. The other commands have their own modules (``cli.py``
+says which).
+"""
 
 from __future__ import annotations
 
@@ -10,36 +14,22 @@ from typing import Any
 
 from console.core.actions import ActionError
 from console.core.controller import FleetController, describe_restart
-from console.inventory import ConfigError, Fleet, find_fleet_file, load_fleet
+from console.fleet_file import fail, load_fleet_file
+from console.inventory import ConfigError, Fleet
+from console.monitor.monitoring import tui_controller
+from console.ui.app import FleetApp
 
 SEVERITY_ORDER = {"critical": 0, "error": 1, "warning": 2, "info": 3}
 
 
-def fail(message: str) -> int:
-    print(f"fleet-console: {message}", file=sys.stderr)
-    return 2
-
-
-def _load(args: argparse.Namespace) -> Fleet:
-    path = find_fleet_file(getattr(args, "fleet", None))
-    if path is None:
-        raise ConfigError(
-            "fleet.toml", None, "no fleet file: pass --fleet FILE, or create ./fleet.toml (try `fleet-console demo`)"
-        )
-    return load_fleet(path)
-
-
 def dispatch(args: argparse.Namespace) -> int:
+    """Run one of this module's commands; a bad fleet file or a refused action is one line and exit 2."""
     handlers = {
         "run": cmd_run,
-        "demo": cmd_demo,
         "check": cmd_check,
         "status": cmd_status,
         "diagnose": cmd_diagnose,
         "restart": cmd_restart,
-        "serve": cmd_serve,
-        "replay": cmd_replay,
-        "history": cmd_history,
     }
     try:
         return handlers[args.command](args)
@@ -53,11 +43,8 @@ def dispatch(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    fleet = _load(args)
-    from console.serve import tui_controller  # history, alerts, and --metrics-port / --record when asked
-    from console.ui.app import FleetApp
-
-    try:
+    fleet = load_fleet_file(args.fleet)
+    try:  # history, alerts, and --metrics-port / --record when asked
         controller = tui_controller(args, fleet, read_only=args.read_only, watch=True)
     except ValueError as exc:
         return fail(str(exc))
@@ -67,40 +54,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    if not 1 <= args.instances <= 64:
-        return fail(f"--instances must be from 1 to 64, not {args.instances}")
-    from console.demo.fleet import run_demo
-
-    return run_demo(args)
-
-
-# -- monitoring (console/serve.py, record.py, history.py) ------------------------------------------
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    from console.serve import run_serve
-
-    return run_serve(args)
-
-
-def cmd_replay(args: argparse.Namespace) -> int:
-    from console.monitor.record import run_replay
-
-    return run_replay(args)
-
-
-def cmd_history(args: argparse.Namespace) -> int:
-    from console.monitor.history import run_history
-
-    return run_history(args)
-
-
 # -- one-shot -------------------------------------------------------------------------------------
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    fleet = _load(args)
+    fleet = load_fleet_file(args.fleet)
     print(f"{fleet.source}: ok, {len(fleet.instances)} instances, {len(fleet.probes)} custom probes")
     if getattr(args, "connect", False):
         return asyncio.run(_check_connect(fleet, args.timeout))
@@ -149,7 +107,7 @@ async def _with_controller(fleet: Fleet, names: list[str] | None, read_only: boo
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    fleet = _load(args)
+    fleet = load_fleet_file(args.fleet)
     try:
         fleet.get(args.name)
     except KeyError:
@@ -180,7 +138,7 @@ def format_diagnosis(name: str, data: dict[str, Any]) -> str:
 
 
 def cmd_restart(args: argparse.Namespace) -> int:
-    fleet = _load(args)
+    fleet = load_fleet_file(args.fleet)
     for name in args.names:
         try:
             fleet.get(name)
@@ -217,7 +175,7 @@ def cmd_restart(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    fleet = _load(args)
+    fleet = load_fleet_file(args.fleet)
 
     async def body(controller: FleetController) -> int:
         for line in controller.fleet_errors.values():

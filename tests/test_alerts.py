@@ -21,9 +21,8 @@ from console.inventory import BenchmarkSpec, ConfigError, Fleet, load_fleet
 from console.inventory.schema import AlertSpec
 from console.monitor import alerts as alerts_mod
 from console.monitor.alerts import AlertEngine, fleet_alerts
-from console.serve import MonitoredController, Monitoring
-from tests.conftest import ssh_instance
-from tests.sshd import Sshd
+from console.monitor.monitoring import MonitoredController, Monitoring
+from tests.support.sshd import Sshd, ssh_instance
 from tests.test_serve import bench_process, until  # noqa: F401 (a fixture)
 
 HEAD = '[[instance]]\nname = "a"\nhost = "h"\n\n'

@@ -482,11 +482,12 @@ def test_fleet_signature_rows_add_to_the_table(tmp_path: Path) -> None:
 
 
 def test_the_console_diagnoses_an_instance_once_when_it_enters_trouble() -> None:
-    """controller.auto_candidates: on entering trouble, connected with an agent, rate-limited per instance,
-    never while a diagnosis is in flight on its host."""
+    """The automatic-diagnosis rule (controller.autodiag): on entering trouble, connected with an agent,
+    rate-limited per instance, never while a diagnosis is in flight on its host."""
     import asyncio
 
-    from console.core.controller import AUTO_DIAGNOSE_EVERY, FleetController
+    from console.core.autodiag import AUTO_DIAGNOSE_EVERY
+    from console.core.controller import FleetController
     from console.inventory import Fleet, Instance
 
     async def run() -> None:
@@ -495,19 +496,26 @@ def test_the_console_diagnoses_an_instance_once_when_it_enters_trouble() -> None
         a, b = ctl.state.instances["a"], ctl.state.instances["b"]
         for inst in (a, b):
             inst.link_status, inst.status = "connected", "ok"
-        assert ctl.auto_candidates(now=1000.0) == []
+        assert ctl.autodiag.candidates(now=1000.0) == []
         a.status = "benchmark_down"
-        assert ctl.auto_candidates(now=1000.0) == ["a"]
-        ctl._auto_last["a"] = 1000.0
-        assert ctl.auto_candidates(now=1001.0) == []  # still in trouble: not again
+        assert ctl.autodiag.candidates(now=1000.0) == ["a"]
+        ctl.autodiag.last["a"] = 1000.0
+        assert ctl.autodiag.candidates(now=1001.0) == []  # still in trouble: not again
         a.status = "ok"
-        ctl.auto_candidates(now=1002.0)
+        ctl.autodiag.candidates(now=1002.0)
         a.status = "gpu_idle"
-        assert ctl.auto_candidates(now=1003.0) == []  # rate-limited
+        assert ctl.autodiag.candidates(now=1003.0) == []  # rate-limited
         a.status, b.status = "ok", "benchmark_down"
-        ctl.auto_candidates(now=1000.0 + AUTO_DIAGNOSE_EVERY)
+        ctl.autodiag.candidates(now=1000.0 + AUTO_DIAGNOSE_EVERY)
         a.status = "benchmark_down"
         async with ctl._host_lock("b"):  # one diagnosis in flight on the host: none more
-            assert ctl.auto_candidates(now=1001.0 + AUTO_DIAGNOSE_EVERY) == []
+            assert ctl.autodiag.candidates(now=1001.0 + AUTO_DIAGNOSE_EVERY) == []
+        # a failed verdict while the benchmark runs again is looked at again (at most once per window)
+        a.status, a.bench_running = "failed", False
+        assert ctl.autodiag.candidates(now=3000.0) == []
+        a.bench_running = True
+        assert ctl.autodiag.candidates(now=3000.0) == ["a"]
+        ctl.autodiag.last["a"] = 3000.0
+        assert ctl.autodiag.candidates(now=3001.0) == []
 
     asyncio.run(run())

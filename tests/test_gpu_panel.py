@@ -174,11 +174,11 @@ def test_older_points_fill_the_columns_before_the_ring() -> None:
 
 async def test_gpu_tab_on_a_real_agent_with_history(fake_nvml: Any, nvml_sshd: Any, tmp_path: Path) -> None:
     from console.monitor.history import History
-    from console.serve import MonitoredController, Monitoring
+    from console.monitor.monitoring import MonitoredController, Monitoring
     from console.ui.app import FleetApp
-    from tests.conftest import ssh_instance
     from tests.fakes import nvml
-    from tests.test_app import screen_text, wait_until
+    from tests.support.app import screen_text, wait_until
+    from tests.support.sshd import ssh_instance
     from widgets.gpu_panel import GpuPanel
     from widgets.instance_screen import InstanceScreen
 

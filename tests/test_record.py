@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from console.inventory import BenchmarkSpec, Fleet
+from console.monitor.monitoring import MonitoredController, Monitoring
 from console.monitor.record import ReplaySource, make_replay_app, read_records
-from console.serve import MonitoredController, Monitoring
-from tests.conftest import ssh_instance
-from tests.sshd import Sshd
+from tests.support.sshd import Sshd, ssh_instance
 from tests.test_serve import bench_process, simulated, until  # noqa: F401 (a fixture)
 
 
@@ -120,7 +119,7 @@ def test_the_demo_records_itself(tmp_path: Path) -> None:
     import sys
     import time
 
-    from tests.tmux import Tmux
+    from tests.support.tmux import Tmux
 
     path = tmp_path / "demo.jsonl.gz"
     env = {"FLEET_CONSOLE_CONFIG_DIR": str(tmp_path / "cfg"), "FLEET_CONSOLE_STATE_DIR": str(tmp_path / "state"),

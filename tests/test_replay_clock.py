@@ -11,9 +11,9 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from console.core.observed import ObservedState
 from console.inventory import BenchmarkSpec, Fleet, Instance
 from console.monitor.record import Recorder, ReplaySource, make_replay_app
-from console.serve import ObservedState
 
 HOST_AHEAD = 7.0  # the recorded host's clock runs this far ahead of the console's
 BENCH_DOWN = (20, 30)  # seconds into the recording the benchmark is gone

@@ -21,9 +21,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from console.inventory import BenchmarkSpec, Fleet
-from console.serve import MonitoredController, Monitoring
-from tests.conftest import ssh_instance
-from tests.sshd import Sshd
+from console.monitor.monitoring import MonitoredController, Monitoring
+from tests.support.sshd import Sshd, ssh_instance
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1024 * 1024
@@ -133,7 +132,7 @@ async def test_metrics_on_an_sshd_fleet_match_the_state(sshd: Sshd, tmp_path: Pa
 
 
 def test_metrics_bound_to_loopback_by_default() -> None:
-    from console.serve import parse_bind
+    from console.monitor.monitoring import parse_bind
 
     assert parse_bind(None, 9999, None) == ("127.0.0.1", 9999)
     assert parse_bind("0.0.0.0", None, 9847) == ("0.0.0.0", 9847)

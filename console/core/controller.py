@@ -10,25 +10,22 @@ import contextlib
 import inspect
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any, NotRequired, TypedDict, cast
+from typing import Any, NotRequired, TypedDict
 
 from console.agent.wire.protocol import RestartResult
 from console.core import fleet_watch
 from console.core.actions import BUILTIN_PROBES, ActionError, ProbeEntry, ReadOnlyError
 from console.core.audit import AuditLog
+from console.core.autodiag import AutoDiagnosis
 from console.core.on_demand import OnDemand
 from console.core.state import FleetState
 from console.core.text_safety import clean as clean_text
 from console.inventory import Fleet, Instance
-from console.link import AgentLink, LinkError, make_link
+from console.link import Link, LinkError, make_link
 from console.link.base import FAILURES, PERMANENT, LinkLost
 from console.link.shards import ShardPool, worker_count
 from console.link.validate import BadFrame, check_result
 
-# Statuses that make the console diagnose an instance on its own (once on entering them, rate-limited).
-AUTO_TROUBLE = frozenset(("benchmark_down", "gpu_idle"))
-AUTO_DIAGNOSE_EVERY = 300.0  # seconds: at most one automatic diagnosis of an instance in this long
-AUTO_POLL = 1.0  # seconds between looks at the fleet state
 # Link statuses that waiting longer will not fix.
 HOPELESS = PERMANENT
 TOAST_TAIL_LINES = 3  # of a dead start's log, in the app's notification
@@ -74,11 +71,9 @@ class FleetController:
         self.state = state if state is not None else FleetState()  # an empty FleetState is falsy (len 0)
         for inst in fleet.instances:
             self.state.add_instance(inst)
-        self.links: dict[str, AgentLink] = {}
-        self.auto_diagnose = True  # the grid shows the cause without a key press
-        self._auto_task: asyncio.Task[None] | None = None
-        self._auto_seen: dict[str, str] = {}  # name -> the status when last looked at
-        self._auto_last: dict[str, float] = {}  # name -> monotonic time of its last automatic diagnosis
+        self.links: dict[str, Link] = {}
+        self.auto_diagnose = True  # the grid shows the cause without a key press (serve: --no-auto-diagnose)
+        self.autodiag = AutoDiagnosis(self)  # the one rule (console/core/autodiag.py), started with the links
         self._host_locks: dict[str, asyncio.Lock] = {}  # one diagnosis in flight per host
         self.sources: list[Any] = []  # console.sources.prometheus.PrometheusSource, started with the fleet
         self._detail_tasks: set[asyncio.Task[None]] = set()  # detail requests in flight (set_detail)
@@ -108,14 +103,11 @@ class FleetController:
             self._start_sources()
             if self.on_demand is not None:
                 self.on_demand.watch(self.sources)
-        if self.auto_diagnose and self._auto_task is None:
-            self._auto_task = asyncio.get_running_loop().create_task(self._auto_loop())
+        if self.auto_diagnose:
+            self.autodiag.start()
 
     async def stop(self) -> None:
-        task, self._auto_task = self._auto_task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await self.autodiag.stop()
         await self.watch.stop()
         if self.on_demand is not None:
             await self.on_demand.stop()
@@ -126,10 +118,10 @@ class FleetController:
         if shards is not None:
             await shards.close()
 
-    def new_link(self, inst: Instance) -> AgentLink:
+    def new_link(self, inst: Instance) -> Link:
         """A link for ``inst`` feeding the fleet state: in a link worker when the fleet has them (SSH only)."""
         if self.shards is not None and inst.transport != "local":
-            return cast(AgentLink, self.shards.link(inst, self.state.apply_frame, self.state.set_link_status))
+            return self.shards.link(inst, self.state.apply_frame, self.state.set_link_status)
         return make_link(inst, self.state.apply_frame, self.state.set_link_status)
 
     # -- [[source]] rows (console/sources/): GPU figures from Prometheus; a failing one is a fleet_errors line ----
@@ -153,7 +145,7 @@ class FleetController:
         sources, self.sources = getattr(self, "sources", []), []
         await asyncio.gather(*(s.stop() for s in sources), return_exceptions=True)
 
-    async def wait_ready(self, name: str, timeout: float = 30.0) -> AgentLink:
+    async def wait_ready(self, name: str, timeout: float = 30.0) -> Link:
         """The instance's link once connected; ActionError with the link's reason otherwise."""
         link = self._link(name)
         deadline = time.monotonic() + timeout
@@ -186,7 +178,7 @@ class FleetController:
             if waiting:
                 await asyncio.sleep(0.05)
 
-    def _settled(self, name: str, link: AgentLink) -> bool:
+    def _settled(self, name: str, link: Link) -> bool:
         """Connected with a sample in, or failed: what ``status`` waits for."""
         if link.status in FAILURES:
             return True
@@ -210,7 +202,7 @@ class FleetController:
         audit log or known_hosts cannot be written.
         """
         link = self._link(name)
-        offer = getattr(link, "host_key_offer", None)
+        offer = link.host_key_offer
         if offer is None or offer.changed:
             raise ActionError(f"{name}: no unknown host key to accept ({link.status}: {link.detail})")
         record = {"fingerprint": offer.fingerprint, "known_hosts": str(offer.known_hosts), "host": offer.host,
@@ -220,14 +212,14 @@ class FleetController:
         except OSError as exc:
             raise ActionError(f"{name}: not accepted: cannot write the audit log {self.audit.path}: {exc}") from None
         try:
-            link.accept_host_key()  # type: ignore[attr-defined]  # SshLink, ShardedLink
+            link.accept_host_key()
         except (LinkError, OSError) as exc:
             self.audit.record(name, self._host(name), "accept_host_key", "failed", {**record, "error": str(exc)})
             raise ActionError(f"{name}: host key not accepted: {exc}") from None
         self.audit.record(name, self._host(name), "accept_host_key", "ok", record)
         return f"{name}: accepted {offer.fingerprint} into {offer.known_hosts}; reconnecting"
 
-    def _link(self, name: str) -> AgentLink:
+    def _link(self, name: str) -> Link:
         """``name``'s link; with SSH on demand, opened now if it had none (``_connected_link`` waits for it)."""
         if self.on_demand is not None and self.on_demand.demand(name) is not None:
             return self.links[name]
@@ -235,7 +227,7 @@ class FleetController:
             raise ActionError(f"{name}: no such instance in {self.fleet.source or 'the fleet'}")
         return self.links[name]
 
-    async def _connected_link(self, name: str) -> AgentLink:
+    async def _connected_link(self, name: str) -> Link:
         """``_link``, and with SSH on demand, connected: a session opened for this action is waited for."""
         link = self._link(name)
         if self.on_demand is not None and link.status in ("idle", "connecting"):
@@ -244,7 +236,7 @@ class FleetController:
 
     def busy(self, name: str) -> bool:
         """An action is using ``name``'s link: SSH on demand does not close it now."""
-        lock = self._host_locks.get(name)
+        lock = self._host_locks.get(self._host_key(name))
         return self._in_flight.get(name, 0) > 0 or (lock is not None and lock.locked())
 
     @contextlib.contextmanager
@@ -291,50 +283,20 @@ class FleetController:
         return data
 
     # -- automatic diagnosis ----------------------------------------------------------------------------
-    def _host_lock(self, name: str) -> asyncio.Lock:
+    def _host_key(self, name: str) -> str:
         try:
-            host = self.fleet.get(name).address
+            return self.fleet.get(name).address
         except KeyError:
-            host = name
-        return self._host_locks.setdefault(host, asyncio.Lock())
+            return name
 
-    def auto_candidates(self, now: float | None = None) -> list[str]:
-        """Instances that just entered trouble and may be diagnosed now: connected with an agent, not
-        diagnosed automatically within ``AUTO_DIAGNOSE_EVERY``, no diagnosis in flight on their host."""
-        now = time.monotonic() if now is None else now
-        out = []
-        for name, inst in self.state.instances.items():
-            before = self._auto_seen.get(name)
-            self._auto_seen[name] = inst.status
-            if inst.status not in AUTO_TROUBLE or before in AUTO_TROUBLE or before == "failed":
-                continue
-            if inst.link_status != "connected" or inst.agentless or name not in self.links:
-                continue
-            if now - self._auto_last.get(name, -AUTO_DIAGNOSE_EVERY) < AUTO_DIAGNOSE_EVERY:
-                continue
-            if self._host_lock(name).locked():
-                continue
-            out.append(name)
-        return out
+    def _host_lock(self, name: str) -> asyncio.Lock:
+        return self._host_locks.setdefault(self._host_key(name), asyncio.Lock())
 
-    async def _auto_one(self, name: str) -> None:
-        self._auto_last[name] = time.monotonic()
-        with contextlib.suppress(ActionError, asyncio.TimeoutError, LinkError):
-            await self.diagnose(name)
-
-    async def _auto_loop(self) -> None:
-        """Diagnose an instance once when it enters trouble: its pane then shows the verdict."""
-        running: set[asyncio.Task[None]] = set()
-        try:
-            while True:
-                for name in self.auto_candidates():
-                    task = asyncio.get_running_loop().create_task(self._auto_one(name))
-                    running.add(task)
-                    task.add_done_callback(running.discard)
-                await asyncio.sleep(AUTO_POLL)
-        finally:
-            for task in list(running):
-                task.cancel()
+    def can_diagnose(self, name: str) -> bool:
+        """``name`` has an agent link and no diagnosis is in flight on its host (the automatic rule's check)."""
+        inst = self.state.instances.get(name)
+        return (inst is not None and not inst.agentless and name in self.links
+                and not self._host_lock(name).locked())
 
     async def restart(
         self, names: list[str], origin: str | None = None, reason: str | None = None
@@ -472,7 +434,7 @@ class FleetController:
         task.add_done_callback(self._detail_tasks.discard)
         return True
 
-    async def _send_detail(self, link: AgentLink, level: str) -> None:
+    async def _send_detail(self, link: Link, level: str) -> None:
         with contextlib.suppress(LinkError, OSError):
             await link.request("detail", {"level": level}, timeout=15.0)
 

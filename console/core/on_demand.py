@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from console.core.controller import FleetController
-    from console.link import AgentLink
+    from console.link import Link
 
 IDLE_CLOSE = 120.0  # seconds without use before an on-demand session closes
 FIRST_ANSWER_WAIT = 15.0  # seconds at most before instances are judged against the sources
@@ -59,7 +59,7 @@ class OnDemand:
         return out
 
     # -- the door -------------------------------------------------------------------------------------
-    def demand(self, name: str) -> AgentLink | None:
+    def demand(self, name: str) -> Link | None:
         """The link of ``name``, opened now when it had none (None: no such instance in the fleet)."""
         controller = self.controller
         self.last_used[name] = time.monotonic()

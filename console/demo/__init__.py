@@ -1,5 +1,6 @@
-"""The embedded demo fleet: `fleet-console demo` (see ``fleet.py``)."""
+"""The embedded demo fleet: the hosts (``fleet.py``: a loopback SSH server, scenario processes) and the
+command `fleet-console demo` (``run.py``)."""
 
-from console.demo.fleet import DemoFleet, run_demo, start_demo
+from console.demo.fleet import DemoFleet, start_demo
 
-__all__ = ["DemoFleet", "run_demo", "start_demo"]
+__all__ = ["DemoFleet", "start_demo"]

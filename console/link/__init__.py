@@ -9,6 +9,8 @@
   ssh-agent, jump hosts), local problems found first (``needs_action``);
 - ``hostkeys.py``: known_hosts lookups, fingerprints, the unknown key a host offered, writing an accepted one.
 - ``pace.py``: the connect limiter (handshakes in flight, per event loop) and the spread of reconnect storms.
+- ``surface.py``: ``Link`` (what the controller may use of any link), the status and host-key rules every
+  link kind shares;
 - ``shards.py`` / ``shard_process.py``: big fleets' links in worker processes (``ShardPool``, ``ShardedLink``).
 
 Link statuses: ``connecting``, ``connected``, ``unreachable``, ``agent_failed``, and the ``PERMANENT`` ones
@@ -39,6 +41,7 @@ from console.link.base import (
 from console.link.exec import RawResult, exec_command, failure_reason
 from console.link.local import LocalLink
 from console.link.ssh import REMOTE_DIR, SshLink
+from console.link.surface import Link
 
 __all__ = [
     "HELLO_TIMEOUT",
@@ -50,6 +53,7 @@ __all__ = [
     "Backoff",
     "CommandResult",
     "FrameHandler",
+    "Link",
     "LinkError",
     "LocalLink",
     "RawResult",

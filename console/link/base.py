@@ -26,15 +26,11 @@ from console.agent.wire.protocol import PROTOCOL_VERSION, encode
 from console.inventory import Instance
 from console.link import pace
 from console.link.pinger import pinger
+from console.link.surface import FAILURES, PERMANENT, LinkError, StatusRules
 from console.link.validate import BadFrame, FloodGuard, check_result, decode
 
 FrameHandler = Callable[[str, dict[str, Any]], None]
 StatusHandler = Callable[[str, str, str], None]
-
-# Failures that retrying will not fix (a file to fix, a key to accept or add): the link retries them only
-# every few minutes, and at once after ``retry_now()`` (a reload, an accepted host key).
-PERMANENT = frozenset(("needs_action", "hostkey_unknown", "hostkey_changed", "hostkey_mismatch", "auth_failed"))
-FAILURES = frozenset(("unreachable", "agent_failed")) | PERMANENT
 
 HELLO_TIMEOUT = 30.0  # seconds from starting the agent to its hello
 SILENCE_TIMEOUT = 30.0  # no frame at all for this long: the session is dead, reconnect
@@ -49,10 +45,6 @@ STABLE_AFTER = 10.0
 PING_EVERY = 10.0
 WATCHDOG_PINGS = 3
 BAD_FRAME_REPORT_EVERY = 60.0  # seconds between "bad frame" errors of one instance
-
-
-class LinkError(Exception):
-    """A request or command could not be carried out on an instance."""
 
 
 class LinkLost(LinkError):
@@ -99,7 +91,7 @@ class SessionFailed(Exception):
         self.status, self.detail = status, detail
 
 
-class AgentLink:
+class AgentLink(StatusRules):
     """Keeps one instance's agent running; subclasses say how to reach it."""
 
     def __init__(
@@ -160,11 +152,6 @@ class AgentLink:
         self.backoff.reset()
         self.slow_backoff.reset()
         self._wake.set()
-
-    @property
-    def failed_permanently(self) -> bool:
-        """The last attempt failed in a way that waiting will not fix."""
-        return self.status in PERMANENT
 
     async def request(self, op: str, args: dict[str, Any] | None = None, timeout: float = 60.0) -> dict[str, Any]:
         """Send a request to the agent and wait for its ``result`` frame."""
@@ -346,16 +333,6 @@ class AgentLink:
             if future is not None and not future.done():
                 future.set_result(frame)
         self._on_frame(self.name, frame)
-
-    def _set_status(self, status: str, detail: str) -> None:
-        self.status, self.detail = status, detail
-        if status == "connected" or status in FAILURES:
-            self.outcome_event.set()
-        if status == "connected":
-            self.connected_event.set()
-        else:
-            self.connected_event.clear()
-        self._on_status(self.name, status, detail)
 
     async def _close_session(self) -> None:
         session, self._session = self._session, None

@@ -29,9 +29,10 @@ from typing import Any
 import asyncssh
 
 from console.inventory import Instance
-from console.link.base import FAILURES, PERMANENT, CommandResult, FrameHandler, LinkError, LinkLost, StatusHandler
-from console.link.hostkeys import HostKeyOffer, append_known_host
+from console.link.base import CommandResult, FrameHandler, LinkError, LinkLost, StatusHandler
+from console.link.hostkeys import HostKeyOffer
 from console.link.shard_process import OfferData, pack, read_message
+from console.link.surface import StatusRules
 
 SHARD_FROM = 50  # SSH instances: from this many, links run in worker processes
 HOSTS_PER_WORKER = 250
@@ -67,7 +68,7 @@ def offer_from_data(data: OfferData | None) -> HostKeyOffer | None:
                         [asyncssh.import_public_key(k) for k in listed])
 
 
-class ShardedLink:
+class ShardedLink(StatusRules):
     """One instance's link as the console sees it while a worker process runs the real one."""
 
     def __init__(self, pool: ShardPool, instance: Instance, on_frame: FrameHandler, on_status: StatusHandler) -> None:
@@ -103,10 +104,6 @@ class ShardedLink:
         if self.worker is not None:
             self.worker.send(("retry", self.name))
 
-    @property
-    def failed_permanently(self) -> bool:
-        return self.status in PERMANENT
-
     async def request(self, op: str, args: dict[str, Any] | None = None, timeout: float = 60.0) -> dict[str, Any]:
         worker = self._ready()
         answer: dict[str, Any] = await worker.call(("request", self.name, op, args or {}, timeout), timeout)
@@ -117,19 +114,10 @@ class ShardedLink:
         result: CommandResult = await worker.call(("command", self.name, command, timeout), timeout)
         return result
 
-    def accept_host_key(self) -> HostKeyOffer:
-        """As ``SshLink.accept_host_key``: written here (the console's files), the worker told to retry."""
-        offer = self.host_key_offer
-        if offer is None:
-            raise LinkError(f"{self.name}: no unknown host key to accept ({self.status}: {self.detail})")
-        if offer.changed:
-            raise LinkError(f"{self.name}: refused: {offer.describe()}")
-        append_known_host(offer.known_hosts, offer.host, offer.port, offer.key)
-        self.host_key_offer = None
+    def _forget_offer(self) -> None:
+        """``accept_host_key`` (StatusRules) wrote the key here (the console's files): the worker forgets it."""
         if self.worker is not None:
             self.worker.send(("forget_offer", self.name))
-        self.retry_now()
-        return offer
 
     # -- from the worker ------------------------------------------------------------------------------
     def _ready(self) -> _Worker:
@@ -142,13 +130,7 @@ class ShardedLink:
         self.status, self.detail = status, detail
         self.next_retry_at = retry_at
         self.host_key_offer = offer_from_data(offer)  # as the worker's link has it now
-        if status == "connected" or status in FAILURES:
-            self.outcome_event.set()
-        if status == "connected":
-            self.connected_event.set()
-        else:
-            self.connected_event.clear()
-        self._on_status(self.name, status, detail)
+        self._set_status(status, detail)
 
 
 class _Worker:

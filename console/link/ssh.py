@@ -38,7 +38,7 @@ from console.link.base import (
 from console.link.bundle import agent_bundle
 from console.link.channel import AgentChannel
 from console.link.exec import exec_command, failure_reason
-from console.link.hostkeys import HostKeyClient, HostKeyOffer, append_known_host, fingerprint, read_known_hosts
+from console.link.hostkeys import HostKeyClient, HostKeyOffer, fingerprint, read_known_hosts
 
 REMOTE_DIR = remote.REMOTE_DIR
 
@@ -96,22 +96,6 @@ class SshLink(AgentLink):
     def known_hosts_path(self) -> Path:
         """The instance's own known_hosts (fleet file), else ~/.ssh/known_hosts (before ~/.ssh/config)."""
         return Path(self.instance.known_hosts or "~/.ssh/known_hosts").expanduser()
-
-    def accept_host_key(self) -> HostKeyOffer:
-        """Trust the unknown key the host offered last: write it to known_hosts, then reconnect at once.
-
-        Raises LinkError when there is none to accept, or when the key changed (never accepted here),
-        and OSError when known_hosts cannot be written.
-        """
-        offer = self.host_key_offer
-        if offer is None:
-            raise LinkError(f"{self.name}: no unknown host key to accept ({self.status}: {self.detail})")
-        if offer.changed:
-            raise LinkError(f"{self.name}: refused: {offer.describe()}")
-        append_known_host(offer.known_hosts, offer.host, offer.port, offer.key)
-        self.host_key_offer = None
-        self.retry_now()
-        return offer
 
     async def _connect(self) -> asyncssh.SSHClientConnection:
         """Connect through every hop (jump hosts first); each hop's failure names that hop."""

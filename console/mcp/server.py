@@ -29,7 +29,7 @@ from console.core.audit import AuditLog
 from console.core.controller import FleetController
 from console.core.state import InstanceState
 from console.core.status import BAD_LINK, LINK_LABELS
-from console.link import AgentLink, LinkError
+from console.link import Link, LinkError
 from console.mcp import safe, schemas, tools
 
 ORIGIN = "mcp"
@@ -113,7 +113,7 @@ class FleetTools:
                 return
             await asyncio.sleep(0.1)
 
-    async def _link(self, name: str) -> AgentLink:
+    async def _link(self, name: str) -> Link:
         """The instance's live link, or a tool error that says why not (at once for a host known down)."""
         inst = self._inst(name)
         if inst.link_status in BAD_LINK:

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from console.core.actions import ActionError, ReadOnlyError
+from console.core.observed import ObservedState
 from console.inventory import BenchmarkSpec, Fleet, Instance
-from console.serve import ObservedState
 
 FORMAT = "fleet-console-record"
 VERSION = 1

@@ -1,0 +1,51 @@
+"""MCP over streamable HTTP on a running controller: ``fleet-console mcp --http`` and ``serve --mcp``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+
+def parse_http(value: str) -> tuple[str, int]:
+    """``PORT`` or ``HOST:PORT`` (``[v6]:PORT``); the host defaults to 127.0.0.1."""
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        host, port = "", value
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--http wants HOST:PORT or PORT, not {value!r}")
+    return host, int(port)
+
+
+def url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+async def serve_http_until(controller: Any, options: Any, host: str, port: int, stop: asyncio.Event) -> None:
+    """Serve MCP over streamable HTTP on ``controller`` (its links and state, not a second set) until ``stop``.
+
+    For ``fleet-console serve --mcp``: the service owns the signals, so uvicorn is kept from taking them.
+    """
+    import uvicorn
+
+    from console.mcp.server import build_server
+
+    class _Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Any:  # the service's own handlers set ``stop``
+            yield
+
+    app = build_server(controller, options).streamable_http_app(host=host)
+    server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on"))
+    task = asyncio.create_task(server.serve())
+    stopped = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        server.should_exit = True
+        stopped.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    if task.done() and task.exception() is not None:
+        raise OSError(f"MCP on {url_host(host)}:{port}: {task.exception()}")

@@ -1,0 +1,268 @@
+"""The monitoring around one controller: exporter, history, alerts and recorder, observing the fleet state.
+
+- :class:`Monitoring` owns the optional parts and their 1 Hz tick; each observes the state through
+  ``ObservedState``'s hooks (console/core/observed.py).
+- :class:`MonitoredController` is a ``FleetController`` that starts and stops them with its links, so the TUI
+  (``run --metrics-port/--record``), the demo and ``serve`` share one wiring.
+- :func:`monitoring_from_args` builds it from the command line's options.
+
+The automatic diagnosis is the controller's own (console/core/autodiag.py), the same rule everywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from console.core.controller import FleetController
+from console.core.observed import ObservedAudit, ObservedState
+from console.inventory import Fleet
+
+log = logging.getLogger("fleet_console")
+
+TICK = 1.0  # seconds between monitoring ticks
+
+
+class HistoryObserver:
+    """Feeds the history store from the state's hooks (GPU minutes from the frames themselves)."""
+
+    def __init__(self, history: Any) -> None:
+        self.h = history
+
+    def on_frame(self, name: str, frame: Any, now: float) -> None:
+        if frame.get("type") == "gpu" and frame.get("devices"):
+            self.h.gpu_sample(now, name, frame["devices"])
+
+    def on_link(self, name: str, status: str, detail: str, now: float) -> None:
+        if status == "connected":
+            self.h.reconnect(now, name)
+
+    def on_transition(self, name: str, old: str, new: str, detail: str, now: float) -> None:
+        self.h.transition(now, name, old, new, detail)
+
+    def on_diagnosis(self, name: str, data: Any, now: float) -> None:
+        self.h.verdict(now, name, data)
+
+    def on_probe(self, name: str, probe: str, data: Any, now: float) -> None:
+        self.h.probe(now, name, probe, data)
+
+    def on_tick(self, now: float) -> None:
+        self.h.flush(now)
+
+    def on_audit(self, entry: dict[str, Any]) -> None:
+        if entry.get("action") == "restart":
+            self.h.restart(time.time(), entry["instance"], entry.get("outcome") or "", entry.get("result"))
+
+
+class Monitoring:
+    """The optional parts around one controller: exporter, history, alerts, recorder.
+
+    Build it, pass ``state``/``audit`` to the controller (``MonitoredController`` does), then ``start()``
+    inside the event loop and ``stop()`` at the end. Each part is off unless asked for.
+    """
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        *,
+        metrics: tuple[str, int] | None = None,
+        history: bool | Path = False,
+        history_days: float | None = None,
+        record: Path | None = None,
+        alerts: bool = True,
+        bell: Callable[[], None] | None = None,
+        log_transitions: bool = False,
+        state: ObservedState | None = None,
+    ) -> None:
+        self.fleet = fleet
+        self.state = state or ObservedState()
+        self.audit = ObservedAudit()
+        self.audit.listeners.append(self._on_audit)
+        self.metrics_at = metrics
+        self.history_path: Path | None = None
+        if history:
+            from console.monitor.history import default_history_path
+
+            self.history_path = history if isinstance(history, Path) else default_history_path()
+        self.history_days = history_days
+        self.record_path = record
+        self.want_alerts = alerts
+        self.bell = bell
+        self.log_transitions = log_transitions
+        self.counters: dict[str, dict[tuple[str, ...], float]] = {}
+        self.controller: FleetController | None = None
+        self.history: Any = None
+        self.recorder: Any = None
+        self.alerts: Any = None
+        self.server: Any = None
+        self._task: asyncio.Task[None] | None = None
+        self.state.observe(self)
+
+    def count(self, metric: str, labels: tuple[str, ...], by: float = 1.0) -> None:
+        per = self.counters.setdefault(metric, {})
+        per[labels] = per.get(labels, 0.0) + by
+
+    # -- observer hooks (the monitoring's own) --------------------------------------------------------
+    def on_transition(self, name: str, old: str, new: str, detail: str, now: float) -> None:
+        inst = self.state.instances.get(name)
+        self.count("fleet_status_changes", (name, inst.host if inst else "", new))
+        if self.log_transitions:
+            log.info("transition %s: %s -> %s%s", name, old, new, f" ({detail})" if detail else "")
+
+    def on_diagnosis(self, name: str, data: Any, now: float) -> None:
+        if self.log_transitions:
+            verdict = (data or {}).get("verdict") or {}
+            log.info("verdict %s: %s (%s): %s", name, verdict.get("code"), verdict.get("severity"),
+                     verdict.get("summary"))
+
+    def _on_audit(self, entry: dict[str, Any]) -> None:
+        if entry.get("action") == "restart":
+            self.count("fleet_restarts", (entry["instance"], entry.get("host") or "", entry.get("outcome") or ""))
+        for hook in self.state.hooks["on_audit"]:
+            hook(entry)
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    async def start(self, controller: FleetController) -> None:
+        self.controller = controller
+        if self.history_path is not None:
+            try:
+                from console.monitor.history import DEFAULT_MAX_DAYS, History
+
+                self.history = History(self.history_path, max_days=self.history_days or DEFAULT_MAX_DAYS)
+                self.state.observe(HistoryObserver(self.history))
+                log.info("history in %s", self.history_path)
+            except Exception as exc:  # no history is no reason to stop watching the fleet
+                log.warning("history off: cannot open %s: %s", self.history_path, exc)
+        if self.record_path is not None:
+            from console.monitor.record import Recorder
+
+            self.recorder = Recorder(self.record_path, self.fleet, clock=self.state.clock)
+            self.state.observe(self.recorder)
+            for name, inst in self.state.instances.items():  # what the state already holds
+                self.recorder.on_link(name, inst.link_status, inst.link_detail, self.state.clock())
+            log.info("recording every frame to %s", self.record_path)
+        from console.monitor.alerts import AlertEngine, fleet_alerts
+
+        rules = fleet_alerts(self.fleet) if self.want_alerts else []
+        if rules:
+            self.alerts = AlertEngine(rules, self.state, bell=self.bell, count=self.count)
+            self.alerts.start()
+            log.info("%d alert rules, %d webhooks", len(rules), len(self.alerts.senders))
+        if self.metrics_at is not None:
+            from console.monitor.metrics import FleetCollector, MetricsServer
+
+            collector = FleetCollector(self.state, lambda: self.counters, clock=self.state.clock)
+            self.server = MetricsServer(collector, *self.metrics_at)
+            await self.server.start()
+            log.info("metrics on %s", self.server.url)
+        self._task = asyncio.get_running_loop().create_task(self._ticker(), name="monitoring")
+
+    async def _ticker(self) -> None:
+        while True:
+            await asyncio.sleep(TICK)
+            try:
+                self.state.tick()
+                if self.alerts is not None:
+                    self.alerts.evaluate()
+            except Exception:
+                log.exception("monitoring tick failed")
+
+    async def stop(self) -> None:
+        self.state.forget_removed(self.state.clock())  # a reload just before: the recording says so too
+        for hooks in self.state.hooks.values():  # nothing is observed from here on
+            hooks.clear()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self.server is not None:
+            await self.server.stop()
+        if self.alerts is not None:
+            await self.alerts.stop()
+        if self.recorder is not None:
+            self.recorder.close()
+            log.info("recording closed: %s (%d lines)", self.record_path, self.recorder.lines)
+        if self.history is not None:
+            self.history.close()
+
+
+class MonitoredController(FleetController):
+    """A ``FleetController`` whose state and audit log are the monitoring's, started and stopped with it."""
+
+    def __init__(self, fleet: Fleet, monitoring: Monitoring, **kwargs: Any) -> None:
+        super().__init__(fleet, audit=monitoring.audit, state=monitoring.state, **kwargs)
+        if self.state is not monitoring.state:  # ``state or FleetState()`` there: an empty state is falsy (len 0)
+            self.state = monitoring.state
+            for inst in fleet.instances:
+                self.state.add_instance(inst)
+        self.monitoring = monitoring
+        self._monitoring_started = False
+
+    async def start(self, names: list[str] | None = None) -> None:
+        """Monitoring first (the recorder sees the first frames); the links start even when a part of it
+        could not (the port taken): the error is raised after, for the TUI to show and ``serve`` to exit on."""
+        error: OSError | None = None
+        if not self._monitoring_started:
+            self._monitoring_started = True
+            try:
+                await self.monitoring.start(self)
+            except OSError as exc:
+                error = exc
+        await super().start(names)
+        if error is not None:
+            raise error
+
+    async def stop(self) -> None:
+        """Monitoring first: the links closing is the console leaving, not the fleet going down (no
+        "ok -> unreachable" for every instance in the history, the recording or the alerts)."""
+        if self._monitoring_started:
+            self._monitoring_started = False
+            await self.monitoring.stop()
+        await super().stop()
+
+    async def reload(self) -> str:
+        """The fleet file again (an edit, SIGHUP, R in the TUI): its one line goes to the log too, so that
+        ``serve``'s journal says what a reload added and removed, or why the file was not taken."""
+        line = await super().reload()
+        (log.warning if "not reloaded" in line else log.info)("%s", line)
+        return line
+
+
+def parse_bind(value: str | None, port: int | None, default_port: int | None) -> tuple[str, int] | None:
+    """``--metrics-bind HOST`` and ``--metrics-port N`` as (host, port); None when no port is asked for."""
+    from console.monitor.metrics import DEFAULT_BIND
+
+    if port is None:
+        port = default_port
+    if port is None or port < 0:
+        return None
+    if port > 65535:
+        raise ValueError(f"--metrics-port must be from 0 to 65535, not {port}")
+    return (value or DEFAULT_BIND).strip("[]"), port
+
+
+def monitoring_from_args(args: argparse.Namespace, fleet: Fleet, default_port: int | None,
+                         history: bool, **kwargs: Any) -> Monitoring:
+    record = getattr(args, "record", None)
+    return Monitoring(
+        fleet,
+        metrics=parse_bind(getattr(args, "metrics_bind", None), getattr(args, "metrics_port", None), default_port),
+        history=history and not getattr(args, "no_history", False),
+        history_days=getattr(args, "history_days", None),
+        record=Path(record).expanduser() if record else None,
+        **kwargs,
+    )
+
+
+def tui_controller(args: argparse.Namespace, fleet: Fleet, **kwargs: Any) -> MonitoredController:
+    """The TUI's controller: history and the fleet file's alerts always, the exporter with ``--metrics-port``,
+    the recorder with ``--record``. ValueError for a bad option."""
+    monitoring = monitoring_from_args(args, fleet, None, history=True)
+    return MonitoredController(fleet, monitoring, **kwargs)
