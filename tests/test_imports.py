@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import importlib
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Set
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import pytest
 
@@ -64,14 +64,26 @@ def _base(module: str, is_package: bool, level: int, name: Optional[str]) -> str
     return ".".join([*parts, name] if name else parts)
 
 
-def import_graph(root: Path, packages: tuple[str, ...]) -> Dict[str, Set[str]]:
-    """Module -> the project modules it imports at module level."""
+def _everywhere(body: List[ast.stmt]) -> Iterator[ast.AST]:
+    """Every node, inside functions and classes too, except under ``if TYPE_CHECKING:``."""
+    tree = ast.Module(body=body, type_ignores=[])
+    skip: Set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.body:
+                skip.update(id(n) for n in ast.walk(child))
+    return (node for node in ast.walk(tree) if id(node) not in skip)
+
+
+def import_graph(root: Path, packages: tuple[str, ...], functions: bool = False) -> Dict[str, Set[str]]:
+    """Module -> the project modules it imports at module level (with ``functions``: anywhere in it)."""
     files = module_files(root, packages)
     graph: Dict[str, Set[str]] = {}
     for module, path in files.items():
         is_package = path.name == "__init__.py"
         edges: Set[str] = set()
-        for node in _module_level(ast.parse(path.read_text(encoding="utf-8"), str(path)).body):
+        body = ast.parse(path.read_text(encoding="utf-8"), str(path)).body
+        for node in (_everywhere(body) if functions else _module_level(body)):
             if isinstance(node, ast.Import):
                 edges.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom):
@@ -155,3 +167,103 @@ def test_the_checker_finds_a_cycle_and_ignores_what_does_not_run_at_import(tmp_p
 
     _write(tmp_path, {"pkg/a.py": "try:\n    from .sub import c\nexcept ImportError:\n    c = None\n"})
     assert find_cycle(import_graph(tmp_path, ("pkg",))) == ["pkg.a", "pkg.sub.c", "pkg.b", "pkg.a"]
+
+
+# -- the layers (docs/architecture.md draws them) ------------------------------------------------------------------
+# Lowest first; a module belongs to the layer of the longest prefix that names it. A module may import its own
+# layer and the layers below; an import from a lower layer up to a higher one is a back-edge, and the few that
+# are allowed are listed with their reason in UPWARD.
+LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
+    ("root", ("console",)),  # the package itself (its version), and nothing below it: matched exactly
+    ("wire", ("console.agent.wire",)),  # the contract shared by the agent and the console
+    ("agent", ("console.agent",)),  # runs on the host: samplers, diagnosis, actions
+    ("inventory", ("console.inventory",)),  # the fleet file and its imports
+    ("link", ("console.link", "console.agentless")),  # reaching the hosts
+    ("core", ("console.core", "console.sources")),  # the fleet: controller, state, statuses (no UI)
+    ("monitor", ("console.monitor",)),  # observers of the state: metrics, history, alerts, recording
+    ("services", ("console.mcp", "console.demo")),  # MCP over the core; the demo's hosts
+    ("view", ("widgets", "themes")),  # Textual widgets and themes
+    ("ui", ("console.ui",)),  # the Textual app
+    ("entry", ("console.headless", "console.fleet_file", "console.commands", "console.serve", "console.demo.run",
+               "console.mcp.command", "console.cli", "console.__main__")),  # commands and their wiring
+]
+UPWARD: Dict[Tuple[str, str], str] = {
+    # the demo's hosts (services) are started by the headless run (entry): not an upward edge; none today
+}
+# The modules the command line dispatches to (console/cli.py ENTRY_POINTS): only the CLI imports them.
+ENTRY_POINT_MODULES = ("console.commands", "console.serve", "console.demo.run", "console.mcp.command")
+
+
+def layer_of(module: str) -> int:
+    best, found = -1, -1
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            below = module.startswith(prefix + ".") and prefix != "console"
+            if (module == prefix or below) and len(prefix) > best:
+                best, found = len(prefix), index
+    assert found >= 0, f"{module} is in no layer: add it to LAYERS in tests/test_imports.py"
+    return found
+
+
+def upward_edges(graph: Dict[str, Set[str]]) -> List[Tuple[str, str]]:
+    return sorted((a, b) for a, targets in graph.items() for b in targets if layer_of(b) > layer_of(a))
+
+
+def test_no_import_cycle_even_through_imports_inside_functions() -> None:
+    cycle = find_cycle(import_graph(ROOT, PACKAGES, functions=True))
+    assert cycle is None, "import cycle (function-level imports included): " + " -> ".join(cycle or [])
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    graph = import_graph(ROOT, PACKAGES, functions=True)
+    unexplained = [edge for edge in upward_edges(graph) if edge not in UPWARD]
+    assert not unexplained, "imports up the layers: " + ", ".join(f"{a} -> {b}" for a, b in unexplained)
+    assert len(UPWARD) <= 1
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_nothing_outside_the_agent_imports_more_of_it_than_its_wire_package() -> None:
+    graph = import_graph(ROOT, PACKAGES, functions=True)
+    through_the_wall = sorted(
+        (a, b) for a, targets in graph.items() if not _in(a, "console.agent") for b in targets
+        if _in(b, "console.agent") and not _in(b, "console.agent.wire")
+    )
+    assert not through_the_wall, "imports of agent internals: " + ", ".join(f"{a} -> {b}" for a, b in through_the_wall)
+
+
+def test_widgets_use_the_core_not_the_links_the_controller_or_the_monitoring() -> None:
+    graph = import_graph(ROOT, PACKAGES, functions=True)
+    forbidden = ("console.link", "console.agentless", "console.core.controller", "console.monitor", "console.ui",
+                 "console.sources")
+    bad = sorted((a, b) for a, targets in graph.items() if a.startswith(("widgets", "themes")) for b in targets
+                 if b.startswith(forbidden))
+    assert not bad, "widgets reaching past the core: " + ", ".join(f"{a} -> {b}" for a, b in bad)
+
+
+def test_only_the_command_line_imports_an_entry_point() -> None:
+    graph = import_graph(ROOT, PACKAGES, functions=True)
+    bad = sorted((a, b) for a, targets in graph.items() if a not in ("console.cli",) for b in targets
+                 if b in ENTRY_POINT_MODULES)
+    assert not bad, "an entry point imported by another module: " + ", ".join(f"{a} -> {b}" for a, b in bad)
+
+
+def test_the_layer_rules_catch_what_they_are_for(tmp_path: Path) -> None:
+    """The checks above, fed a small tree with each fault, find it (so a passing run means something)."""
+    _write(tmp_path, {
+        "console/__init__.py": "",
+        "console/core/__init__.py": "",
+        "console/core/state.py": "def f():\n    from console.ui import app\n",  # up a layer, inside a function
+        "console/ui/__init__.py": "",
+        "console/ui/app.py": "from console.core import state\nfrom console.agent.sample import gpu\n",
+        "console/agent/__init__.py": "",
+        "console/agent/sample/__init__.py": "",
+        "console/agent/sample/gpu.py": "",
+    })
+    graph = import_graph(tmp_path, ("console",), functions=True)
+    assert upward_edges(graph) == [("console.core.state", "console.ui.app")]
+    assert find_cycle(graph) == ["console.core.state", "console.ui.app", "console.core.state"]
+    assert find_cycle(import_graph(tmp_path, ("console",))) is None  # invisible at module level
+    assert "console.agent.sample.gpu" in graph["console.ui.app"]

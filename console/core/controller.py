@@ -14,13 +14,14 @@ from typing import Any, NotRequired, TypedDict
 
 from console.agent.wire.protocol import RestartResult
 from console.core import fleet_watch
-from console.core.actions import BUILTIN_PROBES, ActionError, ProbeEntry, ReadOnlyError
+from console.core.actions import ActionError, ReadOnlyError
 from console.core.audit import AuditLog
 from console.core.autodiag import AutoDiagnosis
 from console.core.on_demand import OnDemand
 from console.core.state import FleetState
 from console.core.text_safety import clean as clean_text
 from console.inventory import Fleet, Instance
+from console.inventory.probes import BUILTIN_PROBES, ProbeEntry
 from console.link import Link, LinkError, make_link
 from console.link.base import FAILURES, PERMANENT, LinkLost
 from console.link.shards import ShardPool, worker_count

@@ -19,10 +19,10 @@ from typing import Any
 import msgspec
 from msgspec.inspect import DictType, ListType, Metadata, StructType, UnionType, type_info
 
-from console.core.actions import BUILTIN_PROBE_KEYS
 from console.inventory import schema, toml_text
 from console.inventory.errors import ConfigError, read_capped
 from console.inventory.imports import read_ssh_config, read_vastai_json
+from console.inventory.probes import BUILTIN_PROBE_KEYS
 from console.inventory.records import (
     BenchmarkSpec,
     Fleet,
