@@ -1,6 +1,6 @@
 """The one table of instance statuses: name, rank, badge, colour and whether it is trouble.
 
-The fleet state derives a status per instance (``console/core/state.py``); the grid, the instance screen, the
+The fleet state derives a status per instance (``console/core/status_rules.py``); the grid, the instance screen, the
 header and the command line read its badge, colour and rank from here, so adding a status is one row.
 Link statuses (what the SSH link reports) are a second, smaller table: every bad one shows as UNREACHABLE
 with its own label in the detail.

@@ -4,8 +4,8 @@ Everything an instance sends (log lines and file names, process names and comman
 errors, probe output, error texts, verdicts and their evidence) is data written by whoever controls that
 host. Written to the operator's terminal as is, it could set the title, write the clipboard (OSC 52: a
 command plus newline that runs on paste), leave the alternate screen or move the cursor. So it is cleaned
-once, where it enters the fleet state (``console/core/state.py``) and where the MCP server hands it out
-(``console/mcp/safe.py``):
+once, where it enters the fleet state (``console/core/frame_handlers.py``, ``state.py``) and where the MCP
+server hands it out (``console/mcp/safe.py``):
 
 - ANSI/VT escape sequences (CSI, OSC, DCS, SOS/PM/APC, two-byte ESC sequences, and their 8-bit C1 forms)
   are removed with their bodies; SGR colours go too (the console draws its own).

@@ -1,7 +1,7 @@
 """The agent's configuration: plain JSON data handed over by the console (never shell text).
 
 ``AgentConfig`` is its shape and ``DEFAULTS`` its one table of defaults: a value the agent falls back
-on is read from here, never restated where it is used (the console's ``state.py`` takes its start-up
+on is read from here, never restated where it is used (the console's ``status_rules.py`` takes its start-up
 grace from here too, so the diagnosis and the grid agree on when a young entrypoint counts as trouble).
 """
 
@@ -75,7 +75,7 @@ DEFAULTS: AgentConfig = {
     "stall_seconds": 120.0,
     "startup_grace": 90.0,
 }
-# The start-up grace as a plain constant, for the console side (console/core/state.py) and docs.
+# The start-up grace as a plain constant, for the console side (console/core/status_rules.py) and docs.
 STARTUP_GRACE_SECONDS: float = DEFAULTS["startup_grace"]
 
 
