@@ -111,7 +111,7 @@ ENTRY_POINTS = {
     "restart": ("console.commands", "dispatch"),
     "demo": ("console.demo.run", "run_demo"),
     "serve": ("console.serve", "run_serve"),
-    "replay": ("console.monitor.record", "run_replay"),
+    "replay": ("console.ui.replay", "run_replay"),
     "history": ("console.monitor.history", "run_history"),
     "mcp": ("console.mcp.command", "main"),
 }

@@ -1,13 +1,12 @@
-"""The ``:`` command bar (k9s-style): one input row with Tab completion; ``run_command`` carries a line out.
+"""The ``:`` command bar (k9s-style): one input row with Tab completion; Enter posts the parsed command.
 
-The words are parsed and completed by ``console/core/command_mode.py`` (pure); this module only shows the input and
-turns a parsed command into the app's own actions (the same paths as the keys: ``open_instance``, the
-diagnose and probe workers, the restart confirmation with the exact target list, the table's sort, the theme).
+The words are parsed and completed by ``console/core/command_mode.py`` (pure); this module only shows the input.
+The app carries a ``CommandBar.Run`` out with its own actions (console/ui/command_runner.py).
 """
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Callable, List
 
 from textual.binding import Binding
 from textual.message import Message
@@ -21,9 +20,11 @@ from console.core.command_mode import (
     complete,
     completions,
     parse,
-    targets,
     vocabulary,
 )
+from console.core.control import FleetControl
+
+from .table_rows import SORT_KEYS
 
 MAX_CHOICES = 8  # completions named in the hint toast
 
@@ -60,21 +61,20 @@ class CommandBar(Input):
             super().__init__()
             self.command = command
 
-    def __init__(self) -> None:
+    def __init__(self, control: FleetControl, refocus: Callable[[], None]) -> None:
         super().__init__(placeholder=":open NAME · diagnose FILTER · restart FILTER · probe P FILTER · sort KEY · "
                          "theme NAME (tab completes)", id="command", compact=True)
+        self.control = control  # the names, tags and probes completed
+        self.refocus = refocus  # gives the keys back to the fleet view shown when the bar closes
         self.suggester = _Suggest(self)
 
     def vocabulary(self) -> Vocabulary:
-        from widgets.fleet_table import SORT_KEYS
-
-        app: Any = self.app
         probes: List[str] = []
         try:
-            probes = [p.name for p in app.controller.probe_specs()]
+            probes = [p.name for p in self.control.probe_specs()]
         except Exception:
             pass
-        return vocabulary(app.state, probes, SORT_KEYS, app.available_themes)
+        return vocabulary(self.control.state, probes, SORT_KEYS, self.app.available_themes)
 
     def open(self) -> None:
         self.value = ""
@@ -84,9 +84,7 @@ class CommandBar(Input):
     def action_close(self) -> None:
         self.value = ""
         self.remove_class("-shown")
-        view = getattr(self.app, "fleet_view", None)
-        if callable(view):
-            view().focus()
+        self.refocus()
 
     def action_complete(self) -> None:
         line, found = complete(self.value, self.vocabulary())
@@ -107,57 +105,4 @@ class CommandBar(Input):
         self.post_message(self.Run(command))
 
 
-def run_command(app: Any, command: Command) -> None:
-    """Carry out ``command`` with the app's own actions (``app``: console.ui.app.FleetApp)."""
-    from widgets.confirm_screen import ConfirmScreen
-
-    verb = command.verb
-    if verb == "open":
-        app.open_instance(command.arg)
-        return
-    if verb == "theme":
-        app.theme = command.arg
-        app.notify("theme: %s" % command.arg, timeout=2)
-        return
-    if verb == "sort":
-        from widgets.fleet_table import FleetTable, toggle_view
-
-        table = app.screen_stack[0].query_one(FleetTable)
-        if not table.display:
-            toggle_view(table, app.grid)  # sorting is the table's
-        table.set_sort(command.arg, reverse=command.reverse)
-        return
-    names = targets(app.state, command.filter)
-    if not names:
-        app.notify("no instance matches %r" % command.filter, severity="warning", timeout=5)
-        return
-    if verb == "diagnose":
-        app.notify("diagnosing %s…" % ", ".join(names), timeout=3)
-        app.run_worker(app._diagnose(names), group="diagnose", exclusive=False)
-    elif verb == "probe":
-        for name in names:
-            app.run_worker(app._probe(name, command.arg), group="probe")
-    elif verb == "restart":
-        if app.read_only:  # nothing is sent; the controller audits the refusal (as r does)
-            app.run_worker(app._restart(names, announce=False), group="restart")
-            return
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                app.run_worker(app._restart(names), group="restart")
-            else:
-                app.notify("restart cancelled, nothing done", timeout=3)
-
-        app.push_screen(
-            ConfirmScreen(
-                "Restart the benchmark on %d instance%s (:restart %s)?" % (
-                    len(names), "" if len(names) == 1 else "s", command.filter),
-                names,
-                note="Stops the configured processes (TERM, then KILL) and starts the benchmark again.",
-                confirm_label="Restart",
-            ),
-            answered,
-        )
-
-
-__all__ = ["CommandBar", "run_command"]
+__all__ = ["CommandBar"]

@@ -2,7 +2,7 @@
 
 Why a Line-API widget that polls: the pane shows one instance (the cursor's), so the only work is a few
 dozen short lines, rebuilt only when that instance's ``version`` (or, for text that ages, the second)
-changes, at the app's frame rate. It reads the shared cursor (``grid.cursor_name``) itself instead of
+changes, at the app's frame rate. It reads the shared cursor (``FleetView.cursor_name``) itself instead of
 listening for ``CursorMoved``: those messages bubble to the app, not to a sibling, and the grid also moves
 its cursor without one (a filter that hides the instance under it). The lines come from a pure function
 (``detail_lines``) over the same builders as the grid's panes (``pane.gpu_line`` and friends), so a GPU
@@ -15,17 +15,18 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
 from console.agent.wire.timefmt import fmt_age as format_age
-from console.core.state import InstanceState, LogRing
+from console.core.state import FleetState, InstanceState, LogRing
 from console.core.status import STALE, UNREACHABLE
 from console.core.text_safety import clean
 
+from .fleet_view import FleetView
 from .palette import Palette
 from .pane import badge_text, detail_line, gpu_line, gpu_summary, notes, proc_brief
 from .render import Line, changed_runs, operator_text
@@ -149,10 +150,12 @@ class DetailPane(Widget):
     DetailPane { width: 60; height: 1fr; padding: 0 1; border-left: vkey $panel-lighten-2; display: none; }
     """
 
-    def __init__(self, state: Any, grid: Any, *, id: Optional[str] = None) -> None:
+    def __init__(self, state: FleetState, view: FleetView, *, retry_at: Callable[[str], Optional[float]],
+                 id: Optional[str] = None) -> None:
         super().__init__(id=id)
         self.state = state
-        self.grid = grid  # its cursor_name is the selected instance (the table shares it)
+        self.view = view  # its cursor_name is the selected instance (the grid's and the table's)
+        self.retry_at = retry_at  # when a failing link tries again (FleetControl.retry_at)
         self._strips: List[Strip] = []
         self._key: Optional[Tuple[Any, ...]] = None
         self._palette: Optional[Palette] = None
@@ -194,7 +197,7 @@ class DetailPane(Widget):
         self.fit(self.app.size.width)
         if not self.display or self.app.screen is not self.screen:
             return
-        name = self.grid.cursor_name
+        name = self.view.cursor_name
         inst = self.state.instances.get(name) if name else None
         size = self.content_size
         now = time.time()
@@ -211,8 +214,7 @@ class DetailPane(Widget):
         if inst is None:
             lines = [Line("no instance selected", pal.dim)]
         else:
-            retry_at = getattr(self.app, "retry_at", lambda name: None)(inst.name)
-            lines = detail_lines(inst, pal, width, height, now, retry_at)
+            lines = detail_lines(inst, pal, width, height, now, self.retry_at(inst.name))
         strips = [Strip(line.segments(pal.base)).adjust_cell_length(width, pal.base) for line in lines]
         old, self._strips = self._strips, strips
         self.renders += 1

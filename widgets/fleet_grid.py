@@ -19,26 +19,24 @@ from rich.segment import Segment
 from textual import events
 from textual.binding import Binding
 from textual.geometry import Region, Size
-from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from console.core.state import FleetState, InstanceState, matches
 from console.core.status import STALE
 
 from . import pane
-from .messages import CursorMoved, OpenInstance, SelectionChanged
-from .palette import Palette
+from .fleet_view import FleetView, FleetViewWidget
 from .render import changed_runs
 
 COMPACT_MIN_W = 56  # compact pane: two lines, at least this wide
 FULL_MIN_W = 50  # boxed pane
 FULL_MIN_HEIGHT = 36  # below this many rows the grid goes compact
 PANE_BUDGET = 6  # visible panes re-rendered per frame at most (the app's 4 Hz: 24 a second)
-ORDER_HOLD = 2.0  # seconds the order holds after a key moves or selects, so panes do not jump under the cursor
 
 
-class FleetGrid(ScrollView, can_focus=True):
-    """The grid of instance panes (keyboard: arrows, Enter, space; mouse: click, double-click)."""
+class FleetGrid(FleetViewWidget, can_focus=True):
+    """The grid of instance panes (keyboard: arrows, Enter, space; mouse: click, double-click); its cursor,
+    selection and filter are the ``FleetView`` it shares with the table."""
 
     DEFAULT_CSS = """
     FleetGrid { height: 1fr; scrollbar-size-vertical: 1; }
@@ -64,12 +62,9 @@ class FleetGrid(ScrollView, can_focus=True):
         Binding("slash", "app.filter", "Filter", show=False, priority=True),
     ]
 
-    def __init__(self, state: FleetState, *, name: Optional[str] = None, id: Optional[str] = None) -> None:
-        super().__init__(name=name, id=id)
-        self.state = state
-        self.query_text = ""
-        self.selected: Set[str] = set()
-        self.cursor_name: Optional[str] = None
+    def __init__(self, state: FleetState, view: FleetView, *, name: Optional[str] = None,
+                 id: Optional[str] = None) -> None:
+        super().__init__(state, view, name=name, id=id)
         self.compact = True
         self.columns = 1
         self.pane_w = 40
@@ -83,8 +78,6 @@ class FleetGrid(ScrollView, can_focus=True):
         self._shown: Dict[str, int] = {}  # instance version each pane shows (repaint budget)
         self._pending: Dict[str, None] = {}  # changed, not yet repainted: oldest first (no pane starves)
         self._order_version = -1
-        self._hold_order_until = 0.0
-        self._palette: Optional[Palette] = None
         self._laid_width = -1
         self._laid_height = -1
         self._kept: Set[str] = set()  # shown under the current filter: selected ones stay while it is unchanged
@@ -95,20 +88,8 @@ class FleetGrid(ScrollView, can_focus=True):
         self.retry_at: Callable[[str], Optional[float]] = lambda name: None  # when a failing link tries again
         self._cols: pane.Columns = (0, 0, 0)  # compact rows' column widths (name, badge, GPU model)
 
-    # -- palette / theme ----------------------------------------------------------------------------
-    def on_mount(self) -> None:
-        self.app.theme_changed_signal.subscribe(self, self._theme_changed)
-
-    def _theme_changed(self, _theme) -> None:
-        self._palette = None
+    def forget_lines(self) -> None:
         self._cache.clear()
-        self.refresh()
-
-    @property
-    def palette(self) -> Palette:
-        if self._palette is None:
-            self._palette = Palette(self.app.get_css_variables(), self.rich_style)
-        return self._palette
 
     # -- layout ---------------------------------------------------------------------------------------
     @property
@@ -118,7 +99,7 @@ class FleetGrid(ScrollView, can_focus=True):
     def set_query(self, text: str) -> None:
         if text != self.query_text:
             self._kept = set()
-        self.query_text = text
+        self.view.query_text = text
         self.relayout()
 
     def pane_height(self, inst: InstanceState) -> int:
@@ -137,7 +118,7 @@ class FleetGrid(ScrollView, can_focus=True):
             if held:
                 items = sorted(items + held, key=lambda i: (i.rank, i.name))
             self._kept = {i.name for i in items}
-        if time.monotonic() < self._hold_order_until and self._names:
+        if self.order_held() and self._names:
             # a resize or a new pane while the operator moves: keep the panes where they were for now
             place = {name: i for i, name in enumerate(self._names)}
             items.sort(key=lambda inst: place.get(inst.name, len(place)))
@@ -178,7 +159,7 @@ class FleetGrid(ScrollView, can_focus=True):
         """Called at the app's frame rate with the names changed since the last call; ``budget``: visible
         panes re-rendered at most in this call."""
         width = self.scrollable_content_region.width or self.size.width
-        reorder = self._order_version != self.state.order_version and time.monotonic() >= self._hold_order_until
+        reorder = self._order_version != self.state.order_version and not self.order_held()
         if reorder or width != self._laid_width or self.size.height != self._laid_height:
             self.relayout()
             return
@@ -242,9 +223,9 @@ class FleetGrid(ScrollView, can_focus=True):
         last = bisect.bisect_left(self._row_y, top + self.size.height)
         return [name for row in self._row_names[first:last] for name in row]
 
-    def _refresh_pane(self, name: str) -> None:
+    def refresh_item(self, name: Optional[str]) -> None:
         """The whole pane (the cursor or the selection moved on or off it)."""
-        pos = self._pos.get(name)
+        pos = self._pos.get(name) if name else None
         if pos is None:
             return
         x, y, w, h = pos
@@ -364,27 +345,18 @@ class FleetGrid(ScrollView, can_focus=True):
             self.on_pane_rendered(name, inst.updated_at)
         return strips
 
-    # -- cursor / selection / mouse ------------------------------------------------------------------
-    def _move_to(self, name: Optional[str]) -> None:
-        self._hold_order_until = time.monotonic() + ORDER_HOLD
-        if name is None or name == self.cursor_name:
-            return
-        old = self.cursor_name
-        self.cursor_name = name
-        if old:
-            self._refresh_pane(old)
-        self._refresh_pane(name)
+    # -- cursor / mouse ---------------------------------------------------------------------------------
+    def scroll_to_item(self, name: str) -> None:
         pos = self._pos.get(name)
         if pos is not None:
             x, y, w, h = pos
             self.scroll_to_region(Region(x, y, w, h), animate=False)
-        self.post_message(CursorMoved(name))
 
     def action_cursor(self, dx: int, dy: int) -> None:
         if not self._names:
             return
         if self.cursor_name not in self._pos:
-            self._move_to(self._names[0])
+            self.move_to(self._names[0])
             return
         idx = self._names.index(self.cursor_name)
         if dx:
@@ -395,15 +367,7 @@ class FleetGrid(ScrollView, can_focus=True):
                 idx = target
             elif dy > 0 and idx // self.columns < (len(self._names) - 1) // self.columns:
                 idx = len(self._names) - 1
-        self._move_to(self._names[idx])
-
-    def action_first(self) -> None:
-        if self._names:
-            self._move_to(self._names[0])
-
-    def action_last(self) -> None:
-        if self._names:
-            self._move_to(self._names[-1])
+        self.move_to(self._names[idx])
 
     def action_page(self, direction: int) -> None:
         if not self._names or self.cursor_name not in self._pos:
@@ -411,40 +375,7 @@ class FleetGrid(ScrollView, can_focus=True):
         rows = max(1, self.size.height // max(1, self._row_h[0] if self._row_h else 1))
         idx = self._names.index(self.cursor_name)
         idx = max(0, min(len(self._names) - 1, idx + direction * rows * self.columns))
-        self._move_to(self._names[idx])
-
-    def action_open(self) -> None:
-        if self.cursor_name:
-            self.post_message(OpenInstance(self.cursor_name))
-
-    def action_toggle_select(self) -> None:
-        name = self.cursor_name
-        if not name:
-            return
-        self._hold_order_until = time.monotonic() + ORDER_HOLD
-        if name in self.selected:
-            self.selected.discard(name)
-        else:
-            self.selected.add(name)
-        self._refresh_pane(name)
-        self.post_message(SelectionChanged(frozenset(self.selected)))
-
-    def action_select_shown(self) -> None:
-        """Select every instance the filter shows (``a``)."""
-        self._hold_order_until = time.monotonic() + ORDER_HOLD
-        self.selected.update(self._names)
-        self.refresh()
-        self.post_message(SelectionChanged(frozenset(self.selected)))
-
-    def action_clear_selection(self) -> None:
-        self.clear_selection()
-
-    def clear_selection(self) -> None:
-        names = list(self.selected)
-        self.selected.clear()
-        for name in names:
-            self._refresh_pane(name)
-        self.post_message(SelectionChanged(frozenset()))
+        self.move_to(self._names[idx])
 
     def name_at(self, x: int, y: int) -> Optional[str]:
         vy = y + int(self.scroll_offset.y)
@@ -454,25 +385,6 @@ class FleetGrid(ScrollView, can_focus=True):
         col = x // max(1, self.pane_w)
         names = self._row_names[row]
         return names[col] if 0 <= col < len(names) else None
-
-    def on_click(self, event: events.Click) -> None:
-        name = self.name_at(event.x, event.y)
-        if name is None:
-            return
-        self.focus()
-        if event.chain >= 2:
-            self._move_to(name)
-            self.post_message(OpenInstance(name))
-            return
-        self._move_to(name)
-
-    def on_focus(self) -> None:
-        if self.cursor_name:
-            self._refresh_pane(self.cursor_name)
-
-    def on_blur(self) -> None:
-        if self.cursor_name:
-            self._refresh_pane(self.cursor_name)
 
 
 __all__ = ["FleetGrid"]

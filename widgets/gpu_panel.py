@@ -10,7 +10,6 @@ thread at most every ``HISTORY_REFRESH`` seconds. Stretches without samples are 
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -20,6 +19,7 @@ from textual.binding import Binding
 from textual.widgets import Static
 
 from console.agent.wire.timefmt import fmt_age as format_age
+from console.core.control import FleetControl
 from console.core.state import GpuState, InstanceState
 from console.core.status import STALE, UNREACHABLE, badge
 
@@ -365,22 +365,12 @@ def _proc(p: Any) -> str:
     return "? host pid %s (%s)" % (p.get("nvml_pid"), size(p.get("mem")))
 
 
-def read_older(path: Any, name: str, since: float) -> OlderPoints:
-    """The history file's minute points of ``name`` since ``since`` (runs in a worker thread)."""
-    from console.monitor.history import HistoryReader
-
-    reader = HistoryReader(path)
-    try:
-        return reader.gpu_series(name, since)
-    finally:
-        reader.close()
-
-
 class GpuPanel(Static, can_focus=True):
     """The GPUs tab's content: ``show(inst, width)`` repaints it (cheaply: once per sample, second or key).
 
     ↑/↓ (or a click on a line) pick the GPU whose charts show, ``z`` zooms; older chart points come from the
-    app's history file (``FleetApp.history_path()``), read in a thread worker at most every ``HISTORY_REFRESH``.
+    history file through the core (``FleetControl.gpu_history``), read in a thread worker at most every
+    ``HISTORY_REFRESH``.
     """
 
     BINDINGS = [
@@ -392,8 +382,9 @@ class GpuPanel(Static, can_focus=True):
         Binding("pageup", "page(-1)", "Page up", show=False),
     ]
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, control: FleetControl, *, id: Optional[str] = None) -> None:
+        super().__init__(id=id)
+        self.control = control
         self._generation = 0  # a history read started for an instance shown before is dropped
         self._start_over()
 
@@ -437,14 +428,8 @@ class GpuPanel(Static, can_focus=True):
             self.show(self._inst, force=True)
 
     # -- the history file -------------------------------------------------------------------------------
-    def _history_path(self) -> Any:
-        with contextlib.suppress(Exception):
-            return getattr(self.app, "history_path", lambda: None)()
-        return None
-
     def _maybe_load(self, inst: InstanceState, now: float) -> None:
-        path = self._history_path()
-        if path is None:
+        if not self.control.keeps_history:
             kept = max(0.0, now - inst.gpu_ts[0]) if inst.gpu_ts else 0.0
             self.older_note = "no history kept: charts show this session's last %s only" % format_age(kept)
             return
@@ -457,13 +442,13 @@ class GpuPanel(Static, can_focus=True):
         self._loaded_at = time.monotonic()
         self._loaded_window = self.window
         generation = self._generation
-        self.run_worker(lambda: self._load(path, inst.name, now - self.window, generation), thread=True,
+        self.run_worker(lambda: self._load(inst.name, now - self.window, generation), thread=True,
                         exclusive=True, group="gpu-history", exit_on_error=False)
 
-    def _load(self, path: Any, name: str, since: float, generation: int) -> None:
+    def _load(self, name: str, since: float, generation: int) -> None:
         """In a worker thread: read, then hand the result over by plain assignments (the next paint shows it)."""
         try:
-            older = read_older(path, name, since)
+            older = self.control.gpu_history(name, since) or {}
             minutes = len({m for per in older.values() for pts in per.values() for m, *_ in pts})
             note = ("older points from the history file (%d minutes)" % minutes) if minutes else \
                 "the history file has no earlier minutes for this instance"

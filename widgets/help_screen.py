@@ -157,7 +157,7 @@ def owner_name(source: Any) -> str:
 
 
 def section_rows(
-    app: Any, sources: Sequence[Any], listed: Set[Tuple[str, str]], first: Optional[Any] = None
+    app: App[Any], sources: Sequence[Any], listed: Set[Tuple[str, str]], first: Optional[Any] = None
 ) -> List[Row]:
     """Rows for the bindings of ``sources``, given in focus-chain order (the first to bind a key has it),
     leaving out what ``listed`` (key display, action group) already has, which is updated; ``first``: the
@@ -234,7 +234,7 @@ def package_widget_classes(package: str = "widgets") -> List[type]:
     return out
 
 
-def help_sections(app: Any) -> List[Tuple[str, List[Row]]]:
+def help_sections(app: App[Any]) -> List[Tuple[str, List[Row]]]:
     """Every key of the console, by where it works: everywhere (the app), the fleet screen's views, the
     instance screen and its widgets, Textual's scrolled views and tab bars (listed once, at the end: the
     widgets above that scroll inherit their keys)."""
@@ -271,7 +271,7 @@ def help_sections(app: Any) -> List[Tuple[str, List[Row]]]:
     return [(title, rows) for title, rows in sections if rows]
 
 
-def help_text(app: Any) -> Text:
+def help_text(app: App[Any]) -> Text:
     """The whole help as plain text with bold section titles (no markup: nothing in it is parsed)."""
     text = Text()
     text.append("fleet-console — keys", "bold")

@@ -18,7 +18,8 @@ from textual.screen import Screen
 from textual.widgets import Input, Static, TabbedContent, TabPane
 
 from console.agent.wire.timefmt import fmt_age as format_age
-from console.core.state import FleetState, InstanceState, LogRing
+from console.core.control import FleetControl
+from console.core.state import InstanceState, LogRing
 from console.core.status import STALE, badge
 
 from .evidence_view import EvidenceView
@@ -192,13 +193,12 @@ class InstanceScreen(Screen):
         Binding("question_mark", "app.help", "Help"),
     ]
 
-    def __init__(
-        self, state: FleetState, name: str, *, demo: bool = False, read_only: bool = False, tab: str = "tab-gpus"
-    ) -> None:
+    def __init__(self, control: FleetControl, name: str, *, tab: str = "tab-gpus") -> None:
         super().__init__()
-        self.state = state
-        self.demo = demo
-        self.read_only = read_only
+        self.control = control  # what it shows (control.state) and asks (logs, greps, signals, history)
+        self.state = control.state
+        self.demo = control.demo
+        self.read_only = control.read_only
         self._log_serial = 0  # log pane ids are never reused: a removed pane may still be leaving the DOM
         self._styled_at: Optional[int] = None  # the app's CSS update count its nodes were styled with
         self.show_instance(name, tab)  # not mounted yet: sets the per-instance fields compose reads
@@ -211,9 +211,9 @@ class InstanceScreen(Screen):
         yield Static(id="inst-header")
         with TabbedContent(id="inst-tabs", initial=self.initial_tab):
             with TabPane("GPUs", id="tab-gpus"), VerticalScroll(can_focus=False):  # keys go to the GPU lines
-                yield GpuPanel(id="gpu-detail")
+                yield GpuPanel(self.control, id="gpu-detail")
             with TabPane("Processes", id="tab-procs"):
-                yield ProcessPanel(self.instance_name, id="proc-panel")  # header, tree/flat, filter, k/K
+                yield ProcessPanel(self.instance_name, self.control, id="proc-panel")  # header, tree/flat, filter, k/K
             with TabPane("Logs", id="tab-logs"):
                 yield Static("No log files followed yet.", id="logs-empty", classes="empty")
                 yield TabbedContent(id="log-tabs")
@@ -293,7 +293,7 @@ class InstanceScreen(Screen):
             self._update(inst, force)
 
     def _update(self, inst: InstanceState, force: bool) -> None:
-        retry_at = getattr(self.app, "retry_at", lambda name: None)(inst.name)  # a failing link's next try
+        retry_at = self.control.retry_at(inst.name)  # a failing link's next try
         self.query_one("#inst-header", Static).update(header_text(inst, self.demo, self.read_only, retry_at))
         active = self.query_one("#inst-tabs", TabbedContent).active
         if force or active == "tab-gpus":
@@ -470,14 +470,13 @@ class InstanceScreen(Screen):
 
     # -- log tools: & filter, g grep on the host, older lines, evidence -> its log line -----------------------
     def _log_view(self, ring: LogRing, pane_id: str) -> LogView:
-        """A log's view; it reads older lines through the controller (agent op ``read``) when there is one."""
+        """A log's view; it reads older lines through the controller (agent op ``read``) when hosts can be asked."""
         view = LogView(ring, id=pane_id + "-view")
-        controller = getattr(self.app, "controller", None)
-        if callable(getattr(controller, "read_log", None)):
-            name = self.instance_name
+        if self.control.live:
+            control, name = self.control, self.instance_name
 
             async def load(path: str, before: Optional[int], n: int) -> Dict[str, Any]:
-                return await controller.read_log(name, path, before, n)  # type: ignore[union-attr]
+                return await control.read_log(name, path, before, n)
 
             view.loader = load
         return view
@@ -519,13 +518,12 @@ class InstanceScreen(Screen):
             self.run_worker(self._grep(view.path, pattern), group="log-grep", exclusive=True, exit_on_error=False)
 
     async def _grep(self, path: str, pattern: str) -> None:
-        controller = getattr(self.app, "controller", None)
-        if not callable(getattr(controller, "grep_log", None)):
+        if not self.control.live:
             self.notify("grep needs a live agent", severity="warning")
             return
         self.notify("grep %r in %s on the host…" % (pattern, path), timeout=2)
         try:
-            data = await controller.grep_log(self.instance_name, path, pattern)  # type: ignore[union-attr]
+            data = await self.control.grep_log(self.instance_name, path, pattern)
         except Exception as exc:  # ActionError, a dropped link: one line, the screen stays
             self.notify("grep %s: %s" % (path, exc), severity="warning", timeout=6)
             return

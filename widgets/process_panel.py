@@ -8,7 +8,7 @@ and carried out by the controller's ``signal_process`` (the agent's op ``signal`
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 from textual.actions import SkipAction
 from textual.app import ComposeResult
@@ -17,6 +17,8 @@ from textual.containers import Vertical
 from textual.widgets import Input, Static, Tree
 
 from console.agent.wire.protocol import ProcRecord
+from console.core.actions import ReadOnlyError
+from console.core.control import FleetControl
 from console.core.state import InstanceState
 
 from .confirm_screen import ConfirmScreen
@@ -51,9 +53,10 @@ class ProcessPanel(Vertical):
         Binding("escape", "close_filter", "Close filter", show=False),
     ]
 
-    def __init__(self, instance_name: str, *, id: Optional[str] = None) -> None:
+    def __init__(self, instance_name: str, control: FleetControl, *, id: Optional[str] = None) -> None:
         super().__init__(id=id)
         self.instance_name = instance_name
+        self.control = control  # signal_process carries the signal out (and refuses it read-only)
         self._inst: Optional[InstanceState] = None
 
     def compose(self) -> ComposeResult:
@@ -157,11 +160,8 @@ class ProcessPanel(Vertical):
         if rec is None:
             self.app.notify("no process selected", severity="warning")
             return
-        controller: Any = getattr(self.app, "controller", None)
-        if controller is None:
-            return
         name = self.instance_name
-        if getattr(self.app, "read_only", False) or getattr(controller, "read_only", False):
+        if self.control.read_only:
             self.app.run_worker(self._send(rec, sig), group="signal")  # the controller refuses and audits it
             return
         inst = self._inst
@@ -185,13 +185,11 @@ class ProcessPanel(Vertical):
         )
 
     async def _send(self, rec: ProcRecord, sig: str) -> None:
-        from console.core.actions import ReadOnlyError  # (the panel takes any controller)
-
-        app: Any = self.app
+        app = self.app
         pid = rec["pid"]
         name = self.instance_name
         try:
-            result = await app.controller.signal_process(name, pid, sig, origin="tui", start=rec.get("start"))
+            result = await self.control.signal_process(name, pid, sig, origin="tui", start=rec.get("start"))
         except ReadOnlyError:
             app.notify("read-only: refused. %s not sent to pid %s on %s." % (sig, pid, name), title="Refused",
                        severity="error", timeout=8, markup=False)

@@ -17,6 +17,7 @@ from console.core import fleet_watch
 from console.core.actions import ActionError, ReadOnlyError
 from console.core.audit import AuditLog
 from console.core.autodiag import AutoDiagnosis
+from console.core.control import GpuSeries, HistoryReader, KeyOffer
 from console.core.on_demand import OnDemand
 from console.core.state import FleetState
 from console.core.text_safety import clean as clean_text
@@ -421,6 +422,37 @@ class FleetController:
                               "failed", {"exit_status": result.exit_status, "timed_out": result.timed_out})
         self.state.set_probe_result(name, spec.name, data)
         return data
+
+    # -- what the UI reads (console/core/control.py, FleetControl): links' retry times, host keys, the history ------
+    live = True  # hosts can be asked (a log's older lines, a grep); a replay has none
+    detail_on_demand = True  # off where every stream is wanted in full (the monitoring's exporter or recording)
+    history_reader: HistoryReader | None = None  # the history file's queries, where history is kept
+
+    @property
+    def fleet_source(self) -> str:
+        return str(self.fleet.source or "")
+
+    def retry_at(self, name: str) -> float | None:
+        """When ``name``'s failing link tries again (``time.time()``), None when it is not waiting to."""
+        when = getattr(self.links.get(name), "next_retry_at", None)
+        return float(when) if isinstance(when, (int, float)) else None
+
+    def host_key_offer(self, name: str) -> KeyOffer | None:
+        """The unknown (or changed) host key ``name``'s link was offered, None when there is none."""
+        offer: KeyOffer | None = getattr(self.links.get(name), "host_key_offer", None)
+        return offer
+
+    @property
+    def keeps_history(self) -> bool:
+        return self.history_reader is not None
+
+    def gpu_history(self, name: str, since: float) -> GpuSeries | None:
+        """``name``'s GPU minute points since ``since`` from the history file; None when none is kept."""
+        return None if self.history_reader is None else self.history_reader.gpu_series(name, since)
+
+    def history_events(self, since: float) -> list[dict[str, Any]]:
+        """The history file's events since ``since``, oldest first; empty when none is kept."""
+        return [] if self.history_reader is None else self.history_reader.timeline(since)
 
     # -- detail on demand (op detail, console/core/detail.py): what the operator cannot see sends a summary ----
     def set_detail(self, name: str, level: str) -> bool:

@@ -20,7 +20,7 @@ import os
 import sqlite3
 import struct
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -385,6 +385,32 @@ class HistoryReader:
             out.append(cur)
         return out
 
+
+class HistoryQueries:
+    """The UI's reader (console.core.control.HistoryReader): each query opens its own read-only connection,
+    so a worker thread may make it. ``flush`` (the writer's, on the writer's thread) runs before a timeline
+    read, so that the last second's events are in it."""
+
+    def __init__(self, path: Path, flush: Callable[[], object] | None = None) -> None:
+        self.path = path
+        self.flush = flush
+
+    def gpu_series(self, name: str, since: float) -> dict[int, dict[str, list[tuple[float, int, int, int]]]]:
+        reader = HistoryReader(self.path)
+        try:
+            return reader.gpu_series(name, since)
+        finally:
+            reader.close()
+
+    def timeline(self, since: float) -> list[dict[str, Any]]:
+        if self.flush is not None:
+            with contextlib.suppress(Exception):
+                self.flush()
+        reader = HistoryReader(self.path)
+        try:
+            return reader.events(None, since)
+        finally:
+            reader.close()
 
 # -- `fleet-console history` ----------------------------------------------------------------------------------
 

@@ -204,6 +204,12 @@ class MonitoredController(FleetController):
                 self.state.add_instance(inst)
         self.monitoring = monitoring
         self._monitoring_started = False
+        self.detail_on_demand = not (monitoring.metrics_at or monitoring.record_path)  # they want every stream
+        if monitoring.history_path is not None:  # the UI's charts and timeline read it (console/core/control.py)
+            from console.monitor.history import HistoryQueries
+
+            self.history_reader = HistoryQueries(monitoring.history_path,
+                                                 flush=lambda: monitoring.history and monitoring.history.flush())
 
     async def start(self, names: list[str] | None = None) -> None:
         """Monitoring first (the recorder sees the first frames); the links start even when a part of it

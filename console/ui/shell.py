@@ -18,7 +18,15 @@ import contextlib
 import os
 import shlex
 import signal
-from typing import Any, Iterator, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Sequence
+
+from textual.app import App
+from textual.widgets import TabbedContent
+
+from widgets.instance_screen import InstanceScreen
+
+if TYPE_CHECKING:
+    from console.ui.app import FleetApp
 
 SSH = "ssh"
 
@@ -122,7 +130,7 @@ def _console_keeps_running() -> Iterator[None]:
                 signal.signal(sig, handler)
 
 
-async def run_suspended(app: Any, argv: Sequence[str]) -> Optional[int]:
+async def run_suspended(app: App[Any], argv: Sequence[str]) -> Optional[int]:
     """Run ``argv`` on the terminal with ``app`` suspended; its exit status (None: it could not start).
 
     The event loop keeps running meanwhile (links, state, timers); nothing is drawn until the app resumes
@@ -138,19 +146,19 @@ async def run_suspended(app: Any, argv: Sequence[str]) -> Optional[int]:
         return await proc.wait()
 
 
-def shell_target(app: Any) -> Optional[str]:
+def shell_target(app: FleetApp) -> Optional[str]:
     """The instance ``s`` and ``y`` act on: the instance screen's, else the cursor's (grid or table)."""
-    name = getattr(app.screen, "instance_name", None)
-    if name:
-        return str(name)
-    return getattr(app.grid, "cursor_name", None)  # (the table view keeps the grid's cursor in step)
+    screen = app.screen
+    if isinstance(screen, InstanceScreen) and screen.instance_name:
+        return screen.instance_name
+    return app.view.cursor_name  # (the grid's and the table's)
 
 
-async def open_shell(app: Any, name: Optional[str]) -> Optional[int]:
+async def open_shell(app: FleetApp, name: Optional[str]) -> Optional[int]:
     """``s``: audit, suspend, ``ssh``, resume; says how it ended. Works in ``--read-only`` too (the operator's
     own shell) but is always audited; in read-only mode an audit log that cannot be written refuses it."""
     state = app.state.instances.get(name) if name else None
-    if state is None:
+    if state is None or not name:
         app.notify("no instance to shell into", severity="warning")
         return None
     try:
@@ -158,7 +166,7 @@ async def open_shell(app: Any, name: Optional[str]) -> Optional[int]:
     except ShellError as exc:
         app.notify("%s: no shell: %s" % (name, exc), severity="error", timeout=8)
         return None
-    audit = getattr(app.controller, "audit", None)
+    audit = app.controller.audit
     host = str(getattr(state.instance, "host", "") or "")
     note = "read-only console" if app.read_only else None
     if audit is not None:
@@ -194,16 +202,17 @@ def evidence_line(diagnosis: Any) -> str:
     return ""
 
 
-def copy_text(app: Any) -> tuple[str, str]:
+def copy_text(app: FleetApp) -> tuple[str, str]:
     """What ``y`` copies, and what to call it: on the Logs tab the current match (else the last line in view),
     on the Diagnosis tab the first evidence line, else the ssh command line of the instance."""
     screen = app.screen
     name = shell_target(app)
     state = app.state.instances.get(name) if name else None
     tab = ""
-    with contextlib.suppress(Exception):
-        tab = screen.query_one("#inst-tabs").active
-    if tab == "tab-logs":
+    if isinstance(screen, InstanceScreen):
+        with contextlib.suppress(Exception):
+            tab = screen.query_one("#inst-tabs", TabbedContent).active
+    if tab == "tab-logs" and isinstance(screen, InstanceScreen):
         view = screen.active_log()
         if view is not None and view.lines:
             index = view.match_line

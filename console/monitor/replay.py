@@ -1,0 +1,290 @@
+"""Replay: a fleet state fed from a recording (console/monitor/record.py) on a virtual clock.
+
+``ReplaySource`` reads the file and feeds a fresh ``ReplayState`` up to the replay's position: played in the
+background at a speed, paused, seeked. It is the controller of the usual console on the file (a
+``FleetControl``, read-only: console/ui/replay.py opens it). Replayed, the state derives the same statuses at
+the same recorded times, so the transitions match what was recorded.
+
+The widgets age what they show by the wall clock (``time.time() - inst.last_frame``: "12s ago", "last
+seen", the GPU charts). So that a replay of yesterday shows ages as they were at that point of the
+recording, every time the replayed state holds is the recorded one plus ``shift`` (wall clock minus replay
+position), and :meth:`ReplaySource.align` moves them all when that difference changes (paused, another
+speed, a seek): the console itself needs no clock of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from console.core.actions import ActionError, ReadOnlyError
+from console.core.control import OfflineControl
+from console.core.observed import ObservedState
+from console.inventory import Fleet
+from console.monitor.record import instance_from_record, read_header, read_records
+
+if TYPE_CHECKING:
+    from console.core.control import FleetControl
+    from console.core.controller import RestartOutcome
+
+SEEK_STEP = 10.0
+SEEK_BIG = 60.0
+SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+
+
+class ReplayState(ObservedState):
+    """A fleet state on the replay's clock: the app's ``tick(time.time())`` is taken at the replay's time.
+
+    ``virtual_now`` is the recording's time; what the state stores is that plus ``shift`` (see
+    :meth:`ReplaySource.align`), so the widgets' wall-clock ages are the recording's. An ``ObservedState``,
+    so a replay sees its transitions by the same rule as the live console recorded them.
+    """
+
+    def __init__(self) -> None:
+        self.virtual_now = 0.0
+        self.shift = 0.0  # added to the recording's times in everything the state holds
+        super().__init__(clock=lambda: self.virtual_now + self.shift)
+
+    def tick(self, now: float | None = None) -> None:
+        super().tick(self.virtual_now + self.shift)
+
+    def add_instance(self, instance: Any) -> Any:
+        new = instance.name not in self.instances
+        inst = super().add_instance(instance)
+        if new:  # no process table yet: the host's clock taken as the recording's, i.e. ours minus the shift
+            inst.clock_offset = -self.shift
+        return inst
+
+    def reshift(self, delta: float) -> None:
+        """Move every console-clock time the state holds by ``delta`` (statuses and relative ages unchanged)."""
+        self.shift += delta
+        for inst in self.instances.values():
+            shift_instance(inst, delta)
+
+
+# the InstanceState fields on the console's clock (a field added there must be added here: the test in
+# tests/test_replay_clock.py compares a shifted state with one fed shifted and names what differs)
+_TIMES = ("link_since", "connected_at", "last_frame", "diagnosis_at", "restarted_at", "gpu_at")
+_TIME_RINGS = ("reconnects", "gpu_ts")
+
+
+def _shift_ring(ring: Any, delta: float) -> None:
+    items = list(ring)
+    ring.clear()
+    ring.extend(t + delta for t in items)
+
+
+def shift_instance(inst: Any, delta: float) -> None:
+    """``inst``'s console-clock times moved by ``delta``; its host-clock offset the other way."""
+    for name in _TIMES:
+        value = getattr(inst, name, None)
+        if value is not None:
+            setattr(inst, name, value + delta)
+    if inst.updated_at:
+        inst.updated_at += delta
+    inst.clock_offset -= delta  # host clock minus ours: process start times stay where they were
+    for name in _TIME_RINGS:
+        ring = getattr(inst, name, None)
+        if ring is not None:
+            _shift_ring(ring, delta)
+    for ring in inst.notified.values():
+        _shift_ring(ring, delta)
+    errors = list(inst.errors)
+    inst.errors.clear()
+    inst.errors.extend((t + delta, text) for t, text in errors)
+    for log in inst.logs.values():
+        if log.updated:
+            log.updated += delta
+    for probe in inst.probes.values():
+        probe["at"] += delta
+
+
+class ReplaySource(OfflineControl):
+    """The console's controller (``FleetControl``) fed from a recording; read-only, no history.
+
+    ``start()`` plays in the background at ``speed``; ``pause()``/``resume()``, ``seek(seconds)`` (relative),
+    ``seek_to(position)`` and ``set_speed()`` control it. Seeking back rebuilds the state from the start
+    (the file is streamed, never held in memory), fast, without pauses.
+    """
+
+    PLAYBACK_TICK: ClassVar[float] = 0.05  # seconds of wall time between feeding steps
+    ALIGN_SLACK: ClassVar[float] = 0.2  # seconds the state's times may lag the wall clock before they move
+
+    def __init__(self, path: Path, speed: float = 1.0, start_at: float = 0.0, paused: bool = False) -> None:
+        self.path = Path(path)
+        self.header = read_header(self.path)
+        self.instances = [instance_from_record(r) for r in self.header.get("instances") or []]
+        self.fleet = Fleet(instances=self.instances, source=f"replay of {self.path}")
+        self.fleet_source = self.fleet.source
+        self.state = ReplayState()
+        self.state.observe(self)
+        self.started_at = float(self.header.get("t") or 0.0)
+        self.end_at = self.started_at
+        self.speed = speed
+        self.paused = paused
+        self.position = self.started_at + max(0.0, start_at)  # the virtual time the state has been fed up to
+        self.transitions: list[tuple[float, str, str, str]] = []  # (t, name, old, new) as replayed
+        self.transition_at: dict[str, float] = {}  # name -> recording time of its last replayed transition
+        self.recorded: list[tuple[float, str, str, str]] = []  # the ``tr`` lines read so far
+        self._reset()
+        self._task: asyncio.Task[None] | None = None
+        self.finished = False
+
+    # -- feeding ----------------------------------------------------------------------------------
+    def _reset(self) -> None:
+        self.state.instances.clear()
+        self.state.order_version += 1
+        for inst in self.instances:
+            self.state.add_instance(inst)
+        self.state.seen.clear()
+        self.state.known.intersection_update(self.state.instances)
+        self._records = read_records(self.path)
+        next(self._records, None)  # the header
+        self._pending: dict[str, Any] | None = None
+        self.state.virtual_now = self.started_at
+        self.transitions.clear()
+        self.transition_at.clear()
+        self.recorded.clear()
+
+    def _apply(self, rec: dict[str, Any]) -> None:
+        kind, t = rec.get("k"), float(rec.get("t") or 0.0)
+        state = self.state
+        state.virtual_now = t
+        name = rec.get("n")
+        if kind == "frame":
+            state.apply_frame(name, rec["f"], now=t + state.shift)  # type: ignore[arg-type]
+        elif kind == "link":
+            state.set_link_status(name, rec.get("s") or "", rec.get("d") or "")  # type: ignore[arg-type]
+        elif kind == "diag":
+            state.set_diagnosis(name, rec.get("d"))  # type: ignore[arg-type]
+        elif kind == "probe":
+            state.set_probe_result(name, rec.get("p") or "?", rec.get("d") or {})  # type: ignore[arg-type]
+        elif kind == "tick":
+            state.tick()
+        elif kind == "tr":
+            self.recorded.append((t, str(name), str(rec.get("o")), str(rec.get("s"))))
+        elif kind == "inst" and rec.get("i"):
+            state.add_instance(instance_from_record(rec["i"]))
+        elif kind == "gone" and state.instances.pop(str(name), None) is not None:
+            state.order_version += 1
+            state.seen.pop(str(name), None)
+
+    def on_transition(self, name: str, old: str, new: str, detail: str, now: float) -> None:
+        # at the recording's time (``now`` is shifted): the same times as the ``tr`` lines
+        self.transitions.append((self.state.virtual_now, name, old, new))
+        self.transition_at[name] = self.state.virtual_now
+
+    def feed_until(self, until: float) -> bool:
+        """Apply every record up to virtual time ``until``; False at the end of the file."""
+        while True:
+            rec = self._pending if self._pending is not None else next(self._records, None)
+            self._pending = None
+            if rec is None:
+                self.finished = True
+                self.state.virtual_now = max(self.state.virtual_now, min(until, self.end_at or until))
+                return False
+            t = float(rec.get("t") or 0.0)
+            self.end_at = max(self.end_at, t)
+            if t > until:
+                self._pending = rec
+                self.state.virtual_now = until
+                self.position = until
+                return True
+            self._apply(rec)
+
+    def run_to_end(self) -> None:
+        """Feed the whole file as fast as it goes (tests, ``replay --check``)."""
+        self.feed_until(float("inf"))
+
+    # -- controls ---------------------------------------------------------------------------------
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+
+    def toggle(self) -> None:
+        self.paused = not self.paused
+
+    def set_speed(self, speed: float) -> None:
+        self.speed = min(max(speed, SPEEDS[0]), SPEEDS[-1])
+
+    def faster(self) -> None:
+        self.set_speed(next((s for s in SPEEDS if s > self.speed), SPEEDS[-1]))
+
+    def slower(self) -> None:
+        self.set_speed(next((s for s in reversed(SPEEDS) if s < self.speed), SPEEDS[0]))
+
+    def seek(self, delta: float) -> None:
+        self.seek_to(self.position + delta)
+
+    def seek_to(self, position: float) -> None:
+        position = max(self.started_at, position)
+        if position < self.state.virtual_now:
+            self._reset()
+            self.finished = False
+        self.feed_until(position)
+        self.position = position
+        self.align()
+
+    def align(self, wall: float | None = None) -> None:
+        """Make the state's times the recording's as seen from now: ``shift`` = wall clock - replayed time.
+
+        Playing at speed 1 this holds by itself; paused, at another speed or after a seek the difference
+        moves, and once it is more than ``ALIGN_SLACK`` every stored time moves with it (cheap: a few
+        fields and rings per instance), so "12s ago" stays what it was at this point of the recording.
+        """
+        want = (time.time() if wall is None else wall) - self.state.virtual_now  # (the end, past it)
+        if abs(want - self.state.shift) >= self.ALIGN_SLACK:
+            self.state.reshift(want - self.state.shift)
+
+    @property
+    def offset(self) -> float:
+        """Seconds into the recording."""
+        return self.position - self.started_at
+
+    # -- the controller interface the app uses ------------------------------------------------------
+    async def start(self, names: list[str] | None = None) -> None:
+        if self._task is None:
+            self.feed_until(self.position)
+            self.align()
+            self._task = asyncio.get_running_loop().create_task(self._play(), name="replay")
+
+    async def _play(self) -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(self.PLAYBACK_TICK)
+            now = time.monotonic()
+            if not self.paused and not self.finished:
+                self.position += (now - last) * self.speed
+                self.feed_until(self.position)
+            self.align()
+            last = now
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def diagnose(self, name: str, timeout: float = 90.0) -> dict[str, Any]:
+        raise ActionError("a replay shows what was recorded: no diagnosis now (the recorded ones are shown)")
+
+    async def restart(self, names: list[str], origin: str | None = None) -> dict[str, RestartOutcome]:
+        raise ReadOnlyError("restart")
+
+    async def probe(self, name: str, probe_name: str) -> dict[str, Any]:
+        raise ActionError("a replay cannot run probes")
+
+    async def reload(self) -> str:
+        return "a replay shows its recording's fleet: not reloaded"
+
+
+if TYPE_CHECKING:
+
+    def _source_conforms(source: ReplaySource) -> FleetControl:
+        return source  # mypy: a replay is a FleetControl (FleetController: console/core/control.py)
