@@ -112,7 +112,7 @@ ENTRY_POINTS = {
     "demo": ("console.demo.run", "run_demo"),
     "serve": ("console.serve", "run_serve"),
     "replay": ("console.ui.replay", "run_replay"),
-    "history": ("console.monitor.history", "run_history"),
+    "history": ("console.monitor.history_command", "run_history"),
     "mcp": ("console.mcp.command", "main"),
 }
 

@@ -191,7 +191,8 @@ UPWARD: Dict[Tuple[str, str], str] = {
     # the demo's hosts (services) are started by the headless run (entry): not an upward edge; none today
 }
 # The modules the command line dispatches to (console/cli.py ENTRY_POINTS): only the CLI imports them.
-ENTRY_POINT_MODULES = ("console.commands", "console.serve", "console.demo.run", "console.mcp.command")
+ENTRY_POINT_MODULES = ("console.commands", "console.serve", "console.demo.run", "console.mcp.command",
+                       "console.ui.replay", "console.monitor.history_command")
 
 
 def layer_of(module: str) -> int:
