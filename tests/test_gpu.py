@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from console.agent.sample import gpu as gpu_mod
+from console.agent.sample import gpusummary
 from console.agent.sample.gpu import GpuSampler
 from console.agent.wire.protocol import encode
 from tests.fakes import nvml
@@ -494,8 +495,8 @@ def test_summary_sends_what_the_overview_shows(nvml_in_process, monkeypatch):
     a GPU going idle, the mean util, the hottest GPU, the total power, a process starting."""
     from console.core.state import BUSY_UTIL, IDLE_UTIL
 
-    assert (gpu_mod.IDLE_UTIL, gpu_mod.BUSY_UTIL) == (IDLE_UTIL, BUSY_UTIL)  # the agent's classes are the console's
-    monkeypatch.setattr(gpu_mod, "SUMMARY_EVERY", 3600.0)  # (the at-least-every-5-s frame is not what is tested)
+    assert (gpusummary.IDLE_UTIL, gpusummary.BUSY_UTIL) == (IDLE_UTIL, BUSY_UTIL)  # agent's = console's
+    monkeypatch.setattr(gpusummary, "SUMMARY_EVERY", 3600.0)  # (the at-least-every-5-s frame is not what is tested)
 
     def fleet(utils, temps=None, power_w=None, procs=None):
         return state([device(i, util=u, temp=(temps or [70] * 8)[i], power_mw=int(1000 * (power_w or [300] * 8)[i]),
@@ -531,7 +532,7 @@ def test_summary_compares_with_what_was_last_sent_also_across_full(nvml_in_proce
     """Back at "summary" after a stretch at "full", a move is judged against the figures the console last got (the
     full level's), not the last summary's: a host that went from 20 % to 90 % while shown and drops back to 20 %
     once out of view says so at once."""
-    monkeypatch.setattr(gpu_mod, "SUMMARY_EVERY", 3600.0)
+    monkeypatch.setattr(gpusummary, "SUMMARY_EVERY", 3600.0)
 
     def at(util):
         nvml_in_process.write(state([device(i, util=util) for i in range(4)]))

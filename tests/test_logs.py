@@ -11,6 +11,7 @@ import pytest
 
 from console.agent.sample import logs as logs_mod
 from console.agent.sample.logs import LogFollower
+from console.agent.wire import loglines
 
 FIXTURE = Path("/work/shared/fixtures/seed-warmup-broken-pipe/tmp")
 if not FIXTURE.exists():
@@ -98,7 +99,7 @@ def test_progress_and_partial_lines(tmp_path, monkeypatch):
     follower.poll()
     _append(log, "\r  5.0%\r 10.0%")
     assert follower.poll() == []  # held: no newline yet
-    monkeypatch.setattr(logs_mod, "PARTIAL_AFTER", 0.0)
+    monkeypatch.setattr(loglines, "PARTIAL_AFTER", 0.0)
     (frame,) = follower.poll()
     assert frame["partial"] and frame["lines"] == [" 10.0%"] and frame["first_line"] == 2
     assert follower.poll() == []  # unchanged: not sent again

@@ -13,8 +13,10 @@ import time
 
 import pytest
 
+from console.agent.sample import procfs, procreader
 from console.agent.sample import procs as procs_mod
-from console.agent.sample.procs import ProcSampler, read_process_table, read_wchan
+from console.agent.sample.procfs import read_wchan
+from console.agent.sample.procs import ProcSampler, read_process_table
 
 BACKENDS = ["psutil", "proc"]
 FIELDS = {"pid", "ppid", "name", "cmdline", "state", "wchan", "cpu", "rss", "start", "gpu_mem"}
@@ -165,7 +167,7 @@ def test_wchan_unknown_values(tmp_path, monkeypatch):
     for pid, text in ((11, b"0"), (12, b""), (13, b"do_wait\n")):
         (tmp_path / str(pid)).mkdir()
         (tmp_path / str(pid) / "wchan").write_bytes(text)
-    monkeypatch.setattr(procs_mod, "PROC", str(tmp_path))
+    monkeypatch.setattr(procfs, "PROC", str(tmp_path))
     assert read_wchan(11) is None and read_wchan(12) is None and read_wchan(14) is None
     assert read_wchan(13) == "do_wait"
 
@@ -193,7 +195,7 @@ def test_idle_processes_are_not_reread_every_sample(children):
     sleepers = [children(["sleep", "300"]) for _ in range(60)]
     sampler = ProcSampler({}, backend="proc")
     sampler.sample({})
-    total = len(procs_mod._list_pids())
+    total = len(procfs.list_pids())
     before = sampler.reads
     for _ in range(3):
         sampler.sample({})
@@ -203,10 +205,10 @@ def test_idle_processes_are_not_reread_every_sample(children):
 
 
 def test_task_signature_moves_with_new_processes(children):
-    before = procs_mod.task_signature()
+    before = procfs.task_signature()
     assert before is not None and len(before.split()) == 2
     children(["sleep", "300"])
-    assert procs_mod.task_signature() != before
+    assert procfs.task_signature() != before
 
 
 def test_proc_is_listed_only_when_tasks_change(children, monkeypatch):
@@ -239,19 +241,26 @@ def test_unchanged_stat_is_not_parsed_and_gives_zero_cpu(children, monkeypatch):
     sampler = ProcSampler({"proc_root": child.pid}, backend="proc")
     _until(lambda: sampler.sample({child.pid: None}) and child.pid in sampler._entries)
     parsed = []
-    real = procs_mod._parse_stat
-    monkeypatch.setattr(procs_mod, "_parse_stat", lambda data, pid: parsed.append(pid) or real(data, pid))
+    real = procreader._parse_stat
+    monkeypatch.setattr(procreader, "_parse_stat", lambda data, pid: parsed.append(pid) or real(data, pid))
     for _ in range(3):
         time.sleep(0.05)
         sampler.sample({child.pid: None})  # on a GPU: read every sample
     assert child.pid not in parsed
     assert sampler._entries[child.pid].cpu == 0.0 and sampler._entries[child.pid].state == "S"
+    os.kill(child.pid, signal.SIGSTOP)  # its stat changes: parsed now (the count above sees the parses)
+
+    def parsed_again():
+        sampler.sample({child.pid: None})
+        return child.pid in parsed
+
+    _until(parsed_again, timeout=5)
 
 
 def test_held_files_go_with_their_process(children, monkeypatch):
     monkeypatch.setattr(procs_mod, "task_signature", lambda: b"1 1")  # only failed reads reveal the exit
     # files are held first come, first served: room for every process on a busy host, so ours get some
-    monkeypatch.setattr(procs_mod, "_hold_limit", lambda: 1 << 16)
+    monkeypatch.setattr(procreader, "_hold_limit", lambda: 1 << 16)
     root = children(["sh", "-c", "sleep 300 & wait"])
     _until(lambda: len(read_process_table({"proc_root": root.pid})) == 2)
     sampler = ProcSampler({"proc_root": root.pid}, backend="proc")
@@ -295,7 +304,8 @@ def test_out_of_descriptors_is_not_a_process_exit(children, monkeypatch):
                 raise OSError(errno.EMFILE, "Too many open files")
             return os.open(path, flags, *args, **kw)
 
-    monkeypatch.setattr(procs_mod, "os", NoFds())
+    monkeypatch.setattr(procreader, "os", NoFds())
+    monkeypatch.setattr(procfs, "os", NoFds())
     for _ in range(3):
         frame = sampler.sample({child.pid: None})
         assert frame is None or child.pid not in frame["gone"]
@@ -454,8 +464,8 @@ def test_a_process_that_did_not_run_is_read_through_schedstat_and_changes_still_
     on_gpu = {sleeper.pid: None, grower.pid: None}  # read every sample
     table = _apply({}, sampler.sample(on_gpu))
     parsed = []
-    real = procs_mod._parse_stat
-    monkeypatch.setattr(procs_mod, "_parse_stat", lambda data, pid: parsed.append(pid) or real(data, pid))
+    real = procreader._parse_stat
+    monkeypatch.setattr(procreader, "_parse_stat", lambda data, pid: parsed.append(pid) or real(data, pid))
     for _ in range(3):
         time.sleep(0.1)
         table = _apply(table, sampler.sample(on_gpu))
@@ -464,6 +474,7 @@ def test_a_process_that_did_not_run_is_read_through_schedstat_and_changes_still_
     assert sleeper.pid not in parsed
     os.kill(sleeper.pid, signal.SIGSTOP)  # the kernel runs it to stop it: schedstat moves
     _until(lambda: _apply(table, sampler.sample(on_gpu))[sleeper.pid]["state"] in ("T", "t"), timeout=5)
+    assert sleeper.pid in parsed  # a changed stat is parsed: the count above sees the parses
     rss = table[grower.pid]["rss"]
     grower.stdin.write(b"grow\n")
     grower.stdin.flush()

@@ -252,10 +252,10 @@ def test_log_events_are_recorded() -> None:
 
 
 def test_a_progress_line_and_a_reconnect_backlog_replace_lines_not_repeat_them(tmp_path: Path, monkeypatch) -> None:
-    from console.agent.sample import logs as logs_mod
     from console.agent.sample.logs import LogFollower
+    from console.agent.wire import loglines
 
-    monkeypatch.setattr(logs_mod, "PARTIAL_AFTER", 0.0)  # send the line being written at once
+    monkeypatch.setattr(loglines, "PARTIAL_AFTER", 0.0)  # send the line being written at once
     log = tmp_path / "setup.log"
     log.write_text("[setup] fetching proof parameters\n")
     cfg = {"logs": [str(log)], "watch_dirs": [], "backlog_lines": 200, "max_line_chars": 4096}

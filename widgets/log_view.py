@@ -23,7 +23,7 @@ from textual.strip import Strip
 
 from console.core.state import LogRing
 
-SKIP_MARKER = re.compile(r"\[\.\.\. \d+ lines skipped \.\.\.\]$")  # console/agent/sample/logs.py batch_frames
+SKIP_MARKER = re.compile(r"\[\.\.\. \d+ lines skipped \.\.\.\]$")  # console/agent/wire/loglines.py batch_frames
 ERROR_WORDS = re.compile(r"\b(?:error|fatal|panic|panicked|traceback|critical)\b", re.IGNORECASE)
 ERROR_NAMES = re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b:")  # "RuntimeError: CUDA out of memory"
 WARN_WORDS = re.compile(r"\b(?:warn|warning|warnings)\b", re.IGNORECASE)

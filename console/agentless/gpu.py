@@ -7,11 +7,11 @@ for GPU...: ..." in place of a row are lost devices (a line takes the next index
 failed..." or "No devices were found" is state ``no_gpu``: one frame, then one a minute. ``GpuFrames`` sends
 full and slim frames as the agent's sampler does.
 
-Processes are mapped onto the host's ``/proc`` as the agent maps them (``console.agent.sample.gpumap``): when nvidia-smi
+Processes are mapped onto the host's ``/proc`` as the agent maps them (its ``sample/gpumap.py``): when nvidia-smi
 lists compute apps, the same exec lists the ``/proc/*/fd`` links to ``DEV/nvidia*`` (``ls -l``, ``grep -F``), and
 reads ``/proc/2/stat`` (kthreadd there: the root PID namespace); each device's minor number comes once from
 ``nvidia-smi -q`` ("Minor Number"). An nvidia-smi pid is kept when that process holds the device's
-``/dev/nvidiaN``; the others go to the holders, one to one or as a "≈" group (``gpumap.attribute``).
+``/dev/nvidiaN``; the others go to the holders, one to one or as a "≈" group (``wire/gpuholders.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, cast
 
-from console.agent.sample.gpumap import DEV_DIR, UVM, attribute, compute_holders, holds
 from console.agent.wire.frames import (
     FULL_EVERY,
     LOST_RETRY,
@@ -36,6 +35,7 @@ from console.agent.wire.frames import (
     sum_memory_by_pid,
     with_static,
 )
+from console.agent.wire.gpuholders import DEV_DIR, UVM, attribute, compute_holders, holds
 from console.agent.wire.protocol import GpuDevice, GpuProc
 from console.agentless.host import MARK, section_fn, sections
 
@@ -127,7 +127,7 @@ def map_processes(
     records: list[GpuDevice], held_by: dict[int, frozenset[int]], minors: dict[int, int], pid_ns: bool,
     live: set[int],
 ) -> bool:
-    """Each record's nvidia-smi pids as the host's processes (``gpumap.attribute``); whether any needed fds.
+    """Each record's nvidia-smi pids as the host's processes (``gpuholders.attribute``); whether any needed fds.
 
     ``held_by``: what each process whose fds were listed holds; ``live``: every pid in the host's /proc."""
     cuda = {pid: held for pid, held in held_by.items() if held}

@@ -3,7 +3,7 @@
 Only the configured ``logs`` (no ``watch_dirs`` discovery). One exec a poll stats every file and sends the bytes
 appended since the last poll (``tail -c +OFFSET | head -c N``, at most ``LOG_READ_MAX`` a file and poll);
 backlog on start (the newline count up to the size, and the last bytes); ``created``/``missing``/``rotated``/
-``truncated``, ``\r`` collapse, caps and partial lines as the agent's ``logs.py`` does them (its functions), except
+``truncated``, ``\r`` collapse, caps and partial lines as the agent does them (``wire/loglines.py``), except
 that a rotated file's last unread lines are not drained.
 """
 
@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from console.agent.sample.logs import BATCH_LINES, backlog_frame, batch_frames, clean_line, keep_partial
 from console.agent.wire.frames import log_frame
+from console.agent.wire.loglines import BATCH_LINES, backlog_frame, batch_frames, clean_line, keep_partial
 from console.agentless.host import MARK, section_fn, sections
 
 LOG_READ_MAX = 1 << 20  # bytes read per file and poll (the rest comes with the next polls)

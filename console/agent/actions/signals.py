@@ -13,7 +13,7 @@ import signal
 import time
 from typing import Dict, Optional
 
-from ..sample.procs import boot_time
+from ..sample.procfs import boot_time
 from ..wire.frames import parse_stat, start_epoch
 from ..wire.protocol import SignalResult
 from .restart import is_gone, protected_pids

@@ -4,10 +4,8 @@ NVML reports pids as the driver sees them: the host's PID namespace. An agent in
 namespace: Vast.ai and the like) sees other numbers, so a host pid matches nothing here, or worse an unrelated
 process with the same number. So an NVML pid is trusted only when that pid in this ``/proc`` has
 ``/dev/nvidiaN`` open (N: the device's ``nvmlDeviceGetMinorNumber``). A device's other entries go to the local
-processes holding its ``/dev/nvidiaN`` (``attribute``): one to one when one entry and one holder are left, else
-as one group entry (``pid`` null, ``group`` the holders' pids, shown with "≈"), else unattributed (``pid`` null,
-``nvml_pid`` kept). Holders that also hold ``/dev/nvidia-uvm`` (every CUDA process) are preferred: NVML users
-(this agent, nvidia-smi, nvtop) hold /dev/nvidiaN without it.
+processes holding its ``/dev/nvidiaN``, by the rules agentless mode shares (``wire/gpuholders.py``: one to one,
+a "≈" group, or unattributed; CUDA holders preferred). This module reads what each process holds from /proc.
 
 Cost: an NVML pid's fds are read when it is first listed and again every ``RECHECK`` s. The holders are looked
 for only while some entry does not check out: every candidate's fds (kernel threads and zombies skipped) when
@@ -20,18 +18,15 @@ from __future__ import annotations
 import errno
 import os
 import time
-from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
+from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 
 from ..wire.frames import PF_KTHREAD, parse_stat
+from ..wire.gpuholders import DEV_DIR, UVM, Held, attribute, compute_holders, holds
 from ..wire.protocol import GpuProc
 
 PROC = "/proc"
-DEV_DIR = "/dev"  # agent config gpu.dev_dir (tests point it at a temporary directory)
-UVM = -1  # /dev/nvidia-uvm in a held-device set
 RECHECK = 30.0  # seconds before an NVML pid's fds are read again
 RESCAN = 60.0  # seconds between full holder scans while some entry is unexplained
-
-Held = Optional[FrozenSet[int]]  # minors held (UVM for nvidia-uvm); None: fds not readable (another user's)
 
 
 def in_pid_namespace(proc: str = PROC) -> bool:
@@ -71,52 +66,6 @@ def held_devices(pid: int, prefix: str, proc: str = PROC) -> Held:
             elif rest == "-uvm":
                 out.add(UVM)
     return frozenset(out)
-
-
-def holds(held: Held, minor: Optional[int]) -> bool:
-    """Whether ``held`` includes the device (any /dev/nvidiaN when its minor is unknown)."""
-    if not held:
-        return False
-    if minor is None:
-        return any(m >= 0 for m in held)
-    return minor in held
-
-
-def attribute(entries: List[GpuProc], trusted: Set[int], holders: Iterable[int]) -> Tuple[List[GpuProc], bool]:
-    """One device's NVML entries as local processes: (entries, whether any needed the holders).
-
-    ``trusted``: entry pids that are local processes holding this device (kept as they are); ``holders``: the
-    local pids holding the device. The rest go one to one when one entry and one unmatched holder are left,
-    else as one group entry (``pid`` null, ``mem`` their sum or null, ``group``, ``nvml_pids``), else each
-    unattributed (``pid`` null, ``nvml_pid``). Agent and agentless mode share this rule."""
-    out: List[GpuProc] = []
-    rest: List[Tuple[int, Optional[int]]] = []
-    for e in entries:
-        pid = e["pid"]
-        if pid is None or pid in trusted:
-            out.append(e)
-        else:
-            rest.append((pid, e["mem"]))
-    if not rest:
-        return out, False
-    taken = {e["pid"] for e in out}
-    free = sorted(set(holders) - taken)
-    if len(rest) == 1 and len(free) == 1:
-        out.append({"pid": free[0], "mem": rest[0][1], "nvml_pid": rest[0][0]})
-    elif free:
-        mems = [mem for _pid, mem in rest]
-        total = None if any(m is None for m in mems) else sum(m for m in mems if m is not None)
-        out.append({"pid": None, "mem": total, "group": free, "nvml_pids": sorted(pid for pid, _mem in rest)})
-    else:
-        out.extend({"pid": None, "mem": mem, "nvml_pid": pid} for pid, mem in rest)
-    return out, True
-
-
-def compute_holders(held_by: Dict[int, FrozenSet[int]], minor: Optional[int]) -> List[int]:
-    """The pids holding the device; those that also hold nvidia-uvm (CUDA) when there are any."""
-    pids = [pid for pid, held in held_by.items() if holds(held, minor)]
-    cuda = [pid for pid in pids if UVM in held_by[pid]]
-    return cuda or pids
 
 
 class PidMapper:

@@ -12,7 +12,7 @@ safe to answer for whoever holds the console:
   with no newline for gigabytes is cut, the rest skipped) and ``TIME_LIMIT`` seconds of scanning.
 
 Lines are numbered as the follower numbers them (1-based, one per newline; a last line without newline
-counts) and cleaned the same way (``logs.clean_line``: last ``\\r`` segment, UTF-8 with replacement).
+counts) and cleaned the same way (``wire/loglines.clean_line``: last ``\\r`` segment, UTF-8 with replacement).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import time
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Pattern, Tuple
 
 from ..wire.config import as_list
-from .logs import clean_line
+from ..wire.loglines import clean_line
 
 MAX_READ_LINES = 2000
 MAX_HITS = 200

@@ -21,6 +21,8 @@ line is waiting).  Per file and poll it sends at most one ``log`` frame with the
   but ``hold``s the frames instead of sending them: merged per file, at most ``backlog_lines`` lines per
   file (older ones become the ``[... N lines skipped ...]`` marker); ``release()`` hands them out when
   the level goes back to "full", so the console gets what it missed, in order, numbered as ever.
+
+The rules for lines, partial lines and batches are ``wire/loglines.py``'s, shared with agentless mode.
 """
 
 from __future__ import annotations
@@ -28,35 +30,19 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
-from typing import Any, Deque, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from ..wire.config import as_list
 from ..wire.frames import log_frame
+from ..wire.loglines import BATCH_LINES, backlog_frame, batch_frames, clean_line, keep_partial
 
 DISCOVER_EVERY = 5.0
-PARTIAL_AFTER = 2.0
-BATCH_LINES = 500
-BATCH_CHARS = 64 * 1024
 MAX_DISCOVERED = 32
 MISSING_FORGET = 60.0  # a discovered file missing this long is no longer followed
 READ_CHUNK = 1 << 20
 MAX_READ_PER_POLL = 8 << 20
 TAIL_MAX_BYTES = 2 << 20
 MAX_HELD_FRAMES = 16  # per file at detail "summary" (frames that cannot merge: events, bursts); oldest dropped
-
-
-def clean_line(raw: bytes, max_chars: int) -> str:
-    """One raw line (no newline) as text: last ``\\r`` segment, decoded, capped."""
-    raw = raw.rstrip(b"\r")
-    cut = raw.rfind(b"\r")
-    if cut >= 0:
-        raw = raw[cut + 1 :]
-    if len(raw) > max_chars * 4:
-        raw = raw[: max_chars * 4]
-    text = raw.decode("utf-8", errors="replace")
-    if len(text) > max_chars:
-        text = text[: max(0, max_chars - 1)] + "…"
-    return text
 
 
 class _File:
@@ -365,64 +351,3 @@ def _trim_held(held: List[Dict[str, Any]], cap: int) -> None:
             held.pop(i)
             continue
         i += 1
-
-
-def backlog_frame(f: Any, lines: List[str], first_line: int, max_chars: int) -> Dict[str, Any]:
-    """The backlog frame for ``f``: its last ``lines`` (numbered from ``first_line``) plus the partial line."""
-    partial = False
-    if f.partial:
-        text = clean_line(f.partial, max_chars)
-        lines.append(text)
-        partial = True
-        f.partial_sent = text
-    return log_frame(f, lines, first_line, backlog=True, partial=partial)
-
-
-def batch_frames(
-    f: Any, kept: Iterable[bytes], total: int, start_no: int, now: float, max_chars: int, event: Optional[str]
-) -> List[Dict[str, Any]]:
-    """The frame for ``total`` new complete lines of ``f`` (the last ``kept`` of them as bytes), numbered from
-    ``start_no``: capped to a batch (with a skipped marker), plus the pending partial line once it settled.
-
-    ``f`` carries ``path, line_no, partial, partial_since, partial_sent, partial_sent_at`` (a followed file,
-    here or in the console's agentless follower).
-    """
-    f.line_no += total
-    lines = [clean_line(raw, max_chars) for raw in kept]
-    skipped = total - len(lines)
-    chars = sum(len(x) for x in lines)
-    while lines and chars > BATCH_CHARS:
-        chars -= len(lines.pop(0))
-        skipped += 1
-    first_line = start_no + skipped
-    partial = False
-    if f.partial and now - f.partial_since >= PARTIAL_AFTER and now - f.partial_sent_at >= PARTIAL_AFTER:
-        text = clean_line(f.partial, max_chars)
-        if text != f.partial_sent or lines:
-            lines.append(text)
-            partial = True
-            f.partial_sent, f.partial_sent_at = text, now
-    if skipped:
-        lines.insert(0, "[... %d lines skipped ...]" % skipped)
-        first_line -= 1
-    if not lines and event is None:
-        return []
-    return [log_frame(f, lines, first_line, event=event, partial=partial, skipped=skipped)]
-
-
-def keep_partial(f: Any, data: bytes, now: float, max_chars: int) -> None:
-    """Hold ``data`` (the text after the last newline) as ``f``'s partial line; a runaway one (a progress
-    bar redrawn with ``\\r`` for hours) is cut to its last state and capped."""
-    if data and not f.partial:
-        f.partial_since = now
-    if not data:
-        f.partial_since = 0.0
-        f.partial_sent = None
-    limit = max_chars * 4 + 16
-    if len(data) > limit:
-        stripped = data.rstrip(b"\r")
-        cut = stripped.rfind(b"\r")
-        if cut >= 0:
-            data = data[cut + 1 :]
-        data = data[:limit]
-    f.partial = data

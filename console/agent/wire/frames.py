@@ -10,7 +10,7 @@ contract, ``protocol.py`` its types).
 - processes: ``/proc/PID/stat`` parsing, start time, cpu percent, name from comm and argv, the cmdline cap, the
   wchan text, subtree walks, the record, the resend rules (``structural``: at once; ``changed``: at most every
   ``RESEND`` s), the full and change frames;
-- logs: the ``log`` frame envelope (the follower rules shared by both sides are in ``logs.py``).
+- logs: the ``log`` frame envelope (the follower rules shared by both sides are in ``loglines.py``).
 
 The process functions sit in the agent's per-process loop: they are the loop's own functions (moved here, not
 wrapped), taking plain values, so sharing them costs the agent no extra call.
