@@ -9,7 +9,7 @@ the process table alone (less work: no GPUs, no wchan) is measured as a referenc
 
 The per-poll way is measured twice.  Locally: the ``python3 -c`` run here, with no SSH (its CPU from
 ``RUSAGE_CHILDREN``).  Over SSH, as the console would poll: a real OpenSSH sshd on 127.0.0.1 (the tests'
-``tests.sshd.Sshd``), one persistent asyncssh connection to it, and per poll one ``conn.run`` of the same
+``tests.support.sshd.Sshd``), one persistent asyncssh connection to it, and per poll one ``conn.run`` of the same
 poll (the interpreter running this benchmark, by its absolute path, which has psutil); its cost is the
 CPU on the host side: every process in sshd's tree (``/proc/PID/stat`` fields 14-17: utime + stime of the
 per-connection sshd, plus cutime + cstime of what it reaped, i.e. the shell and the python it ran), read before
@@ -42,7 +42,6 @@ import json
 import os
 import pwd
 import queue
-import resource
 import shlex
 import subprocess
 import sys
@@ -52,12 +51,20 @@ import time
 from pathlib import Path
 
 import psutil
+from common import (
+    ROOT,
+    bench_parser,
+    children_cpu_ms,
+    cpu_clock,
+    find_program,
+    names,
+    rank,
+    ssh_connect,
+    sshd_server,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from console.agent.sample import nvml_sim  # noqa: E402
-from console.agent.wire import config as agent_config  # noqa: E402
+from console.agent.sample import nvml_sim
+from console.agent.wire import config as agent_config
 
 # A reference that does less than one sample's work: the process table through psutil, no GPUs, no wchan.
 PSUTIL_SNAPSHOT = (
@@ -78,22 +85,6 @@ def same_work_poll(state_file: str) -> str:
         "c = {'gpu': {'simulate': {'gpus': 8, 'state_file': %r}}}; g = GpuSampler(c); p = ProcSampler(c); "
         "w = FrameWriter(); w.send('gpu', **g.sample()); w.send('procs', **p.sample(g.memory_by_pid()))"
     ) % (str(ROOT), state_file)
-
-
-def cpu_clock(pid: int):
-    """A reader of the process's CPU time in seconds: its CPU-time clock (Linux), else psutil's ticks."""
-    clock_id = ((~pid) << 3) | 2  # MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED), as glibc's clock_getcpuclockid
-    try:
-        time.clock_gettime(clock_id)
-        return (lambda: time.clock_gettime(clock_id)), "CPU-time clock (ns)"
-    except (AttributeError, OSError):
-        proc = psutil.Process(pid)
-
-        def ticks() -> float:
-            times = proc.cpu_times()
-            return times.user + times.system
-
-        return ticks, "psutil cpu_times (10 ms ticks)"
 
 
 def run_agent(backend: str, samples: int, warmup: int, state_file: str) -> dict:
@@ -155,13 +146,12 @@ def run_agent(backend: str, samples: int, warmup: int, state_file: str) -> dict:
     finally:
         proc.terminate()
         proc.wait(10)
-    steps.sort()
     return {
         "backend": backend,
         "cpu_ms_per_sample": (cpu1 - cpu0) / samples * 1000.0,
         "warmup_cpu_ms_per_sample": warmup_ms,
-        "cpu_ms_median": steps[len(steps) // 2] * 1000.0,
-        "cpu_ms_max": steps[-1] * 1000.0,
+        "cpu_ms_median": rank(steps, 50) * 1000.0,
+        "cpu_ms_max": rank(steps, 100) * 1000.0,
         "cpu_source": cpu_source,
         "rss_mb": rss / 1e6,
         "bytes_per_s": window_bytes / elapsed,
@@ -242,7 +232,7 @@ def sim_overhead(state_file: str, pids: list, samples: int, pace: float = 0.5) -
 def per_poll_cost(runs: int, code: str) -> float:
     """CPU ms of one fresh ``python3 -c code`` (its output discarded), averaged over ``runs``."""
     argv = [sys.executable, "-c", code]
-    return sum(_local_cpu_ms(argv, stdout=subprocess.DEVNULL) for _ in range(runs)) / runs
+    return sum(children_cpu_ms(argv, stdout=subprocess.DEVNULL) for _ in range(runs)) / runs
 
 
 def _tree_ticks(pids: list) -> dict:
@@ -258,14 +248,6 @@ def _tree_ticks(pids: list) -> dict:
     return out
 
 
-def _local_cpu_ms(argv: list, **kwargs) -> float:
-    """CPU ms of one local command (``RUSAGE_CHILDREN``: it and everything it waited for)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(argv, check=True, **kwargs)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)) * 1000.0
-
-
 def _local_steps(poll: str) -> tuple:
     """The local components measured next to the SSH polls: the user's shell running ``-c true`` as sshd
     starts it (``SSH_CLIENT`` set, so bash reads ``~/.bashrc``) and without ``SSH_CLIENT`` (no rc file), in
@@ -279,28 +261,17 @@ def _local_steps(poll: str) -> tuple:
         "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",  # sshd's default
     }
     steps = {
-        "shell_with_rc": lambda: _local_cpu_ms(
+        "shell_with_rc": lambda: children_cpu_ms(
             [user.pw_shell, "-c", "true"], env=dict(env, SSH_CLIENT="127.0.0.1 50000 22"), cwd=user.pw_dir
         ),
-        "shell_without_rc": lambda: _local_cpu_ms([user.pw_shell, "-c", "true"], env=env, cwd=user.pw_dir),
+        "shell_without_rc": lambda: children_cpu_ms([user.pw_shell, "-c", "true"], env=env, cwd=user.pw_dir),
         "local_poll": lambda: per_poll_cost(1, poll),
     }
     return user.pw_shell, steps
 
 
 async def _ssh_polls(server, polls: int, poll: str) -> dict:
-    import asyncssh
-
-    conn = await asyncssh.connect(
-        "127.0.0.1",
-        port=server.port,
-        username=server.user,
-        client_keys=[str(server.client_key_path)],
-        known_hosts=str(server.known_hosts),
-        config=[],
-        agent_path=None,
-        connect_timeout=15,
-    )
+    conn = await ssh_connect(server, agent_path=None, connect_timeout=15)
     commands = {"true": "true", "poll": "%s -c %s" % (shlex.quote(sys.executable), shlex.quote(poll))}
     shell, local = _local_steps(poll)
     ticks = dict.fromkeys(commands, 0)
@@ -328,17 +299,10 @@ async def _ssh_polls(server, polls: int, poll: str) -> dict:
 
 def over_ssh_cost(polls: int, workdir: str, poll: str) -> dict:
     """The per-poll way over SSH (see the module's doc); sshd and its sessions are stopped, even on error."""
-    from tests.sshd import Sshd, find_sshd
-
-    sshd = find_sshd()
-    if sshd is None:
-        raise RuntimeError("no sshd installed (`make sshd-deps` installs openssh-server)")
-    server = Sshd(Path(workdir) / "sshd")
-    try:
-        server.start()
+    with sshd_server(Path(workdir) / "sshd") as server:
         out = asyncio.run(_ssh_polls(server, polls, poll))
-    finally:
-        server.stop()
+    sshd = find_program("sshd")
+    assert sshd is not None
     out["sshd"] = subprocess.run([sshd, "-V"], capture_output=True, text=True).stderr.strip()
     out["rc_excess"] = max(0.0, out["shell_with_rc"] - out["shell_without_rc"])
     out["poll_without_rc"] = max(0.01, out["poll"] - out["rc_excess"])
@@ -360,7 +324,7 @@ def isolate() -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--samples", type=int, default=30)
     parser.add_argument(
         "--warmup",
@@ -369,7 +333,7 @@ def main() -> int:
         help="samples before the measured ones: idle processes settle into their slowest reading period in ~20 s",
     )
     parser.add_argument("--extra", type=int, default=500, help="idle sleep processes to add to the host")
-    parser.add_argument("--backends", default="psutil,proc")
+    parser.add_argument("--backends", type=names, default="psutil,proc")
     parser.add_argument("--sim-samples", type=int, default=10, help="samples for the simulator's own cost")
     parser.add_argument(
         "--over-ssh",
@@ -398,7 +362,7 @@ def main() -> int:
             poll = same_work_poll(state_file)
             per_poll_before = per_poll_cost(4, poll)  # before and after the agent runs: the host's load drifts
             snapshot_before = per_poll_cost(4, PSUTIL_SNAPSHOT)
-            results = [run_agent(b, args.samples, args.warmup, state_file) for b in args.backends.split(",")]
+            results = [run_agent(b, args.samples, args.warmup, state_file) for b in args.backends]
             per_poll_after = per_poll_cost(4, poll)
             snapshot_after = per_poll_cost(4, PSUTIL_SNAPSHOT)
             per_poll = (per_poll_before + per_poll_after) / 2

@@ -1,7 +1,7 @@
 """Receive cost of each SSH cipher through a real OpenSSH sshd: console CPU seconds per 100 MB.
 
 Why: a profile at 500 hosts put ~17 % of the UI thread in asyncssh's chacha20-poly1305 (several Python-level
-calls per packet); AES-GCM is one OpenSSL AEAD call per packet. This starts ``tests/sshd.py``'s sshd on
+calls per packet); AES-GCM is one OpenSSL AEAD call per packet. This starts ``tests/support/sshd.py``'s sshd on
 127.0.0.1, and for each cipher connects with asyncssh (compression off), reads ``--mb`` MB of
 ``head -c`` output over one exec channel (large packets), and ``--lines`` 300-byte lines that a remote
 python flushes one by one (small packets, as an agent's frames are), and reports this process's CPU time
@@ -20,23 +20,32 @@ measures another checkout's ``console`` (a before/after on the same box).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import shlex
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if "--root" in sys.argv[1:-1]:  # before any import of console: the checkout to measure
+from common import (  # first: it puts this checkout on sys.path
+    Stopwatch,
+    bench_parser,
+    console_env,
+    cpu_seconds,
+    names,
+    raise_nofile,
+    rank,
+    replay_fleet,
+    ssh_connect,
+    sshd_server,
+)
+
+if "--root" in sys.argv[1:-1]:  # before any import of console: the checkout to measure, before this one
     sys.path.insert(0, str(Path(sys.argv[sys.argv.index("--root") + 1]).resolve()))
-sys.path.insert(1 if "--root" in sys.argv[1:-1] else 0, str(ROOT))
 
-import console  # noqa: E402,F401,I001  (first: its filter keeps asyncssh's import quiet on recent cryptography)
-import asyncssh  # noqa: E402
-
-from tests.sshd import Sshd  # noqa: E402
+import console  # noqa: F401,I001  (first: its filter keeps asyncssh's import quiet on recent cryptography)
+import asyncssh
 
 SMALL_LINES = (
     "import sys\n"
@@ -50,21 +59,18 @@ DEFAULT_CIPHERS = ("chacha20-poly1305@openssh.com", "aes128-gcm@openssh.com", "a
                    "aes128-ctr")
 
 
-async def one_round(sshd: Sshd, cipher: str, command: str) -> tuple[float, float, int]:
+async def one_round(sshd: Any, cipher: str, command: str) -> tuple[float, float, int]:
     """(CPU s, wall s, bytes) for reading what ``command`` writes, with ``cipher``."""
-    async with asyncssh.connect(
-        "127.0.0.1", port=sshd.port, username=sshd.user, client_keys=[str(sshd.client_key_path)],
-        known_hosts=str(sshd.known_hosts), encryption_algs=[cipher], compression_algs=None, config=[],
-    ) as conn:
+    async with ssh_connect(sshd, encryption_algs=[cipher], compression_algs=None) as conn:
         assert conn.get_extra_info("recv_cipher") == cipher
         process = await conn.create_process(command, encoding=None)
-        cpu0, wall0, got = time.process_time(), time.monotonic(), 0
+        clock, got = Stopwatch(), 0
         while True:
             chunk = await process.stdout.read(1 << 20)
             if not chunk:
                 break
             got += len(chunk)
-        cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+        cpu, wall = clock.cpu(), clock.wall()
         await process.wait()
     return cpu, wall, got
 
@@ -89,7 +95,6 @@ async def read_overhead(n: int = 200_000) -> None:
 
 async def links_only(hosts: int, recording: Path, steady: float) -> None:
     """N links (no UI) against the replay host: connect storm and steady receive cost of this process."""
-    import importlib.util
     import os
 
     import psutil
@@ -98,67 +103,57 @@ async def links_only(hosts: int, recording: Path, steady: float) -> None:
     from console.inventory import load_fleet
     from console.link import make_link
 
-    spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "bench" / "scale.py")
-    assert spec is not None and spec.loader is not None
-    scale = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(scale)
-    scale.raise_nofile()
-    scale.console_env()
+    raise_nofile()
+    console_env()
     print(f"links only: {hosts} hosts, console from {Path(console.link.__file__).parent}; "
           f"{os.environ.get('FLEET_CONSOLE_CONNECT_SLOTS', 'default')} connect slots")
-    with tempfile.TemporaryDirectory(prefix="cipher-bench-links-") as tmp:
-        fleet_host = scale.ReplayFleet(hosts, recording, Path(tmp))
-        fleet_host.start()
+    with tempfile.TemporaryDirectory(prefix="cipher-bench-links-") as tmp, \
+            replay_fleet(hosts, recording, Path(tmp)) as fleet_host:
         frames = [0]
 
         def on_frame(_name: str, _frame: dict[str, object]) -> None:
             frames[0] += 1
 
+        fleet = load_fleet(fleet_host.fleet_path)
+        links = [make_link(inst, on_frame, lambda *_: None) for inst in fleet.instances]
+        me = psutil.Process()
+        cpu0, t0 = me.cpu_times(), time.monotonic()
+        for link in links:
+            link.start()
+        lags: list[float] = []
+        while sum(link.status == "connected" for link in links) < hosts and time.monotonic() - t0 < 600:
+            tick = time.monotonic()
+            await asyncio.sleep(0.05)
+            lags.append(time.monotonic() - tick - 0.05)
+        connected = sum(link.status == "connected" for link in links)
+        cpu1, t1 = me.cpu_times(), time.monotonic()
+        print(f"all {connected}/{hosts} connected in {t1 - t0:.1f} s, {cpu_seconds(cpu0, cpu1):.1f} CPU s; loop lag "
+              f"meanwhile p50 {1000 * rank(lags, 50):.0f} ms, p90 {1000 * rank(lags, 90):.0f} ms, "
+              f"max {1000 * max(lags):.0f} ms")
         try:
-            fleet = load_fleet(fleet_host.fleet_path)
-            links = [make_link(inst, on_frame, lambda *_: None) for inst in fleet.instances]
-            me = psutil.Process()
-            cpu0, t0 = me.cpu_times(), time.monotonic()
-            for link in links:
-                link.start()
-            lags: list[float] = []
-            while sum(link.status == "connected" for link in links) < hosts and time.monotonic() - t0 < 600:
-                tick = time.monotonic()
-                await asyncio.sleep(0.05)
-                lags.append(time.monotonic() - tick - 0.05)
-            connected = sum(link.status == "connected" for link in links)
-            cpu1, t1 = me.cpu_times(), time.monotonic()
-            lags.sort()
-            print(f"all {connected}/{hosts} connected in {t1 - t0:.1f} s, "
-                  f"{cpu1.user + cpu1.system - cpu0.user - cpu0.system:.1f} CPU s; loop lag meanwhile "
-                  f"p50 {1000 * lags[len(lags) // 2]:.0f} ms, p90 {1000 * lags[len(lags) * 9 // 10]:.0f} ms, "
-                  f"max {1000 * lags[-1]:.0f} ms")
-            try:
-                from console.link import pace  # the limiter, where this checkout has one
+            from console.link import pace  # the limiter, where this checkout has one
 
-                limiter = pace.connect_limiter()
-                print(f"connect limiter: {limiter.slots} slots, peak {limiter.peak} in flight")
-            except ImportError:
-                print("connect limiter: none in this checkout")
-            print(f"cipher: {getattr(links[0], 'cipher', None) or 'asyncssh default (chacha20-poly1305)'}")
-            await asyncio.sleep(2.0)
-            cpu2, t2, f2 = me.cpu_times(), time.monotonic(), frames[0]
-            await asyncio.sleep(steady)
-            cpu3, t3 = me.cpu_times(), time.monotonic()
-            busy = cpu3.user + cpu3.system - cpu2.user - cpu2.system
-            print(f"steady: {100 * busy / (t3 - t2):.1f} % of a core for {(frames[0] - f2) / (t3 - t2):.0f} "
-                  f"frames/s ({1e6 * busy / max(1, frames[0] - f2):.0f} CPU us per frame)")
-            await asyncio.gather(*(link.stop() for link in links))
-        finally:
-            fleet_host.stop()
+            limiter = pace.connect_limiter()
+            print(f"connect limiter: {limiter.slots} slots, peak {limiter.peak} in flight")
+        except ImportError:
+            print("connect limiter: none in this checkout")
+        print(f"cipher: {getattr(links[0], 'cipher', None) or 'asyncssh default (chacha20-poly1305)'}")
+        await asyncio.sleep(2.0)
+        cpu2, t2, f2 = me.cpu_times(), time.monotonic(), frames[0]
+        await asyncio.sleep(steady)
+        cpu3, t3 = me.cpu_times(), time.monotonic()
+        busy = cpu_seconds(cpu2, cpu3)
+        print(f"steady: {100 * busy / (t3 - t2):.1f} % of a core for {(frames[0] - f2) / (t3 - t2):.0f} "
+              f"frames/s ({1e6 * busy / max(1, frames[0] - f2):.0f} CPU us per frame)")
+        await asyncio.gather(*(link.stop() for link in links))
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--mb", type=int, default=50, help="MB read per round")
     parser.add_argument("--lines", type=int, default=100_000, help="300-byte lines read per round (0: none)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per cipher (the best one is reported)")
-    parser.add_argument("--ciphers", default=",".join(DEFAULT_CIPHERS))
+    parser.add_argument("--ciphers", type=names, default=",".join(DEFAULT_CIPHERS))
     parser.add_argument("--links", type=int, default=0, help="measure N links to the replay host instead")
     parser.add_argument("--recording", help="with --links: the recording to replay (bench/scale.py's format)")
     parser.add_argument("--steady", type=float, default=20.0, help="with --links: seconds of steady CPU")
@@ -172,21 +167,16 @@ async def main() -> None:
     bulk = f"head -c {args.mb * 1024 * 1024} /dev/zero"
     lines = "python3 -c " + shlex.quote(SMALL_LINES.format(n=args.lines))
     modes = [("bulk", bulk)] + ([("300 B lines", lines)] if args.lines else [])
-    with tempfile.TemporaryDirectory(prefix="cipher-bench-") as tmp:
-        sshd = Sshd(Path(tmp) / "sshd")
-        sshd.start()
-        try:
-            print(f"asyncssh {asyncssh.__version__}; bulk {args.mb} MB, {args.lines} lines of 300 B per round; "
-                  f"best of {args.rounds}")
-            for cipher in args.ciphers.split(","):
-                for mode, command in modes:
-                    runs = [await one_round(sshd, cipher, command) for _ in range(args.rounds)]
-                    cpu, wall, got = min(runs)
-                    per100 = cpu * (100 * 1024 * 1024) / got
-                    print(f"{cipher:32s} {mode:12s} {per100:6.2f} CPU s per 100 MB  "
-                          f"({got / wall / 1e6:6.1f} MB/s wall)")
-        finally:
-            sshd.stop()
+    with tempfile.TemporaryDirectory(prefix="cipher-bench-") as tmp, sshd_server(Path(tmp) / "sshd") as sshd:
+        print(f"asyncssh {asyncssh.__version__}; bulk {args.mb} MB, {args.lines} lines of 300 B per round; "
+              f"best of {args.rounds}")
+        for cipher in args.ciphers:
+            for mode, command in modes:
+                runs = [await one_round(sshd, cipher, command) for _ in range(args.rounds)]
+                cpu, wall, got = min(runs)
+                per100 = cpu * (100 * 1024 * 1024) / got
+                print(f"{cipher:32s} {mode:12s} {per100:6.2f} CPU s per 100 MB  "
+                      f"({got / wall / 1e6:6.1f} MB/s wall)")
     await read_overhead()
 
 

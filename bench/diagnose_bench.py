@@ -14,14 +14,13 @@ diagnoses of a growing log are).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import bench_parser
 
 from console.agent.diagnosis import diagnose as dg
 from console.agent.wire import config as agent_config
@@ -49,7 +48,7 @@ def write_log(path: Path, mb: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--mb", type=int, default=50)
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args(argv)

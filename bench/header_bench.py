@@ -9,13 +9,10 @@ Prints the mean cost per paint for each fleet size.
 
 from __future__ import annotations
 
-import argparse
 import random
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from common import bench_parser, sizes
 
 from console.core.state import FleetState
 from console.inventory import Instance
@@ -58,11 +55,11 @@ def per_paint_us(hosts: int, paints: int, seed: int = 1) -> float:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--hosts", default="100,1000,2000")
+    p = bench_parser(__doc__)
+    p.add_argument("--hosts", type=sizes, default="100,1000,2000")
     p.add_argument("--paints", type=int, default=400)
     args = p.parse_args()
-    for hosts in (int(x) for x in args.hosts.split(",")):
+    for hosts in args.hosts:
         print("hosts=%-5d totals() per paint  %6.0f us" % (hosts, per_paint_us(hosts, args.paints)))
     return 0
 

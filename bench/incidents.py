@@ -11,20 +11,19 @@ present or not) and the totals: right %, failures called healthy, healthy/finish
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import bench_parser
 
 from tests.incidents import BASELINE, load_incidents, run_corpus, score, table
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--only", nargs="+", metavar="SLUG", help="run only these incidents")
     parser.add_argument("--workers", type=int, default=None, help="incidents at once (default 3, 1 without root)")
     parser.add_argument("--json", metavar="FILE", help="also write every outcome (with the diagnosis) as JSON")

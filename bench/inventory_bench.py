@@ -11,16 +11,13 @@ this quadratic: 17 s for 5000 instances, 253 s for 20000.
 
 from __future__ import annotations
 
-import argparse
 import functools
-import sys
 import tempfile
-import time
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import Stopwatch, bench_parser, sizes
 
 from console.inventory import load_fleet
 
@@ -39,20 +36,20 @@ def best(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
     """Best wall and best CPU seconds of ``repeat`` runs (CPU time is steadier on a shared machine)."""
     walls, cpus = [], []
     for _ in range(repeat):
-        wall, cpu = time.perf_counter(), time.process_time()
+        clock = Stopwatch()
         fn()
-        cpus.append(time.process_time() - cpu)
-        walls.append(time.perf_counter() - wall)
+        cpus.append(clock.cpu())
+        walls.append(clock.wall())
     return min(walls), min(cpus)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="100,1000,5000,20000")
+    parser = bench_parser(__doc__)
+    parser.add_argument("--sizes", type=sizes, default="100,1000,5000,20000")
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        for n in (int(s) for s in args.sizes.split(",")):
+        for n in args.sizes:
             path = Path(tmp) / f"fleet-{n}.toml"
             text = fleet_text(n)
             path.write_text(text)

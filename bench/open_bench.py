@@ -11,13 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from scale import key_latency
+from common import key_latency
 from ui_bench import BenchFleet
 
 from console.ui.app import FleetApp

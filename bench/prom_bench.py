@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -33,16 +31,26 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import httpx2
+import psutil
+from common import (
+    bench_parser,
+    console_env,
+    cpu_seconds,
+    grid_key_figures,
+    link_workers,
+    print_json,
+    print_lines,
+    rss_mb,
+    steady_cpu,
+    visit_figures,
+    wait_all_gpus,
+)
 
-import httpx2  # noqa: E402
-import psutil  # noqa: E402
-
-from console.core.state import FleetState  # noqa: E402
-from console.inventory.records import SourceSpec  # noqa: E402
-from console.sources.prometheus import PrometheusSource  # noqa: E402
-from tests.test_prometheus_source import Exporter, exposition, start_prometheus, stop  # noqa: E402
+from console.core.state import FleetState
+from console.inventory.records import SourceSpec
+from console.sources.prometheus import PrometheusSource
+from tests.test_prometheus_source import Exporter, exposition, start_prometheus, stop
 
 
 async def run(hosts: int, polls: int, interval: float, url: str) -> None:
@@ -68,7 +76,7 @@ async def run(hosts: int, polls: int, interval: float, url: str) -> None:
             await source.poll(client)
             c1, t1 = me.cpu_times(), time.monotonic()
             await asyncio.sleep(0.02)  # the ticker's last look at this poll
-            cpu.append(c1.user + c1.system - c0.user - c0.system)
+            cpu.append(cpu_seconds(c0, c1))
             wall.append(t1 - t0)
             await asyncio.sleep(max(0.0, interval - (t1 - t0)))
     gpus = sum(len(i.gpus) for i in state.instances.values())
@@ -79,7 +87,7 @@ async def run(hosts: int, polls: int, interval: float, url: str) -> None:
     tick.cancel()
     print(f"event loop's longest stall per poll p50 {statistics.median(stalls) * 1000:.0f} ms, "
           f"max {max(stalls) * 1000:.0f} ms (a key press waits this long)")
-    print(f"RSS {me.memory_info().rss / 2**20:.0f} MB")
+    print(f"RSS {rss_mb(me):.0f} MB")
 
 
 def wait_scraped(url: str, want: int, timeout: float = 120.0) -> bool:
@@ -137,7 +145,6 @@ async def drive_tui(fleet_path: Path, hosts: int, interval: float, others: dict[
                     size: tuple[int, int] = (200, 60)) -> dict[str, Any]:
     """The console on ``fleet_path`` (one Prometheus source), measured as scale.py's ``drive_console`` does;
     ``others``: name -> pid of the processes whose CPU over the steady window is reported beside it."""
-    from bench.scale import cpu_pct, gpus_in, grid_key_figures, visit_figures
     from console.core.controller import FleetController
     from console.inventory import load_fleet
     from console.ui.app import FleetApp
@@ -150,39 +157,26 @@ async def drive_tui(fleet_path: Path, hosts: int, interval: float, others: dict[
     procs = {name: psutil.Process(pid) for name, pid in others.items()}
     t_start = time.monotonic()
     async with app.run_test(size=size):
-        want = hosts * GPUS
-        while gpus_in(controller.state) < want and time.monotonic() - t_start < all_timeout:
-            await asyncio.sleep(0.1)
-        got = gpus_in(controller.state)
-        out["gpus"] = got
-        out["all_gpus_s"] = round(time.monotonic() - t_start, 1) if got >= want else None
+        out["gpus"], out["all_gpus_s"] = await wait_all_gpus(controller.state, hosts * GPUS, t_start, all_timeout)
         source = controller.sources[0] if controller.sources else None
         out["instances"] = len(controller.state.instances)
         out["prometheus_only"] = len(source.hosts_only) if source is not None else None
         await asyncio.sleep(2 * interval)  # 2 polls past the first full one
         out["grid_names"] = len(app.grid._names)  # (the grid lays out new instances at its next paint)
-        workers = [psutil.Process(pid) for pid in (controller.shards.pids if controller.shards else [])]
+        workers = link_workers(controller)
         out["link_workers"] = len(workers)
         polls0 = source.polls if source is not None else 0
-        c0, w0 = me.cpu_times(), time.monotonic()
-        k0 = [w.cpu_times() for w in workers]
-        o0 = {name: p.cpu_times() for name, p in procs.items()}
-        await asyncio.sleep(steady)
-        wall = time.monotonic() - w0
-        c1 = me.cpu_times()
-        k1 = [w.cpu_times() for w in workers]
-        ui = cpu_pct(c0, c1, wall)
-        linked = sum(cpu_pct(a, b, wall) for a, b in zip(k0, k1, strict=True))
+        wall, ui, linked, others_pct = await steady_cpu(steady, me, workers, procs)
         out["steady_s"] = round(wall, 1)
         out["steady_polls"] = (source.polls - polls0) if source is not None else None
         out["console_cpu_pct"] = round(ui + linked, 1)
         out["workers_cpu_pct"] = round(linked, 1) if workers else None
-        for name, p in procs.items():
-            out[f"{name}_cpu_pct"] = round(max(0.0, cpu_pct(o0[name], p.cpu_times(), wall)), 1)
+        for name, pct in others_pct.items():
+            out[f"{name}_cpu_pct"] = round(max(0.0, pct), 1)
         out["source_status"] = f"{source.status} {source.detail}".strip() if source is not None else "no source"
         out.update(await grid_key_figures(app, presses, key_timeout))
         out.update(await visit_figures(app, 1, key_timeout))
-        out["rss_mb"] = round(me.memory_info().rss / 2**20)
+        out["rss_mb"] = round(rss_mb(me))
     await controller.stop()  # as scale.py: the app stops it on unmount too
     return out
 
@@ -209,10 +203,7 @@ TUI_LINES = [
 
 
 def tui_main(args: argparse.Namespace) -> int:
-    from bench.scale import console_env, print_lines
-
-    console_env()  # no ssh-agent, no ~/.ssh/config, own state dir
-    home = Path(os.environ["HOME"])  # console_env's temp home: removed at the end
+    home = console_env()  # no ssh-agent, no ~/.ssh/config, own state dir; its temp home removed at the end
     tmp = Path(tempfile.mkdtemp(prefix="fleet-prom-bench-tui-"))
     exporter, port = start_exporter(args.hosts)
     proc: subprocess.Popen[bytes] | None = None
@@ -229,7 +220,7 @@ def tui_main(args: argparse.Namespace) -> int:
                                   {"prometheus": proc.pid, "exporter": exporter.pid},
                                   steady=steady, presses=args.presses, all_timeout=args.all_timeout))
         if args.json:
-            print(json.dumps(r), flush=True)
+            print_json(r)
         else:
             print_lines(r, TUI_LINES, optional=("workers_cpu_pct",))  # no link workers: no SSH instance
     finally:
@@ -237,8 +228,7 @@ def tui_main(args: argparse.Namespace) -> int:
             stop(proc)
         stop(exporter)
         shutil.rmtree(tmp, ignore_errors=True)
-        if home.name.startswith("fleet-scale-home-"):
-            shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)
     return 0
 
 
@@ -248,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         e = argparse.ArgumentParser(prog="prom_bench.py exporter")
         e.add_argument("--hosts", type=int, required=True)
         return exporter_main(e.parse_args(argv[1:]).hosts)
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = bench_parser(__doc__)
     p.add_argument("--hosts", type=int, default=1250)
     p.add_argument("--polls", type=int, default=10)
     p.add_argument("--interval", type=float, default=5.0)

@@ -39,10 +39,8 @@ import contextlib
 import json
 import os
 import random
-import resource
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -50,10 +48,25 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import (
+    MB,
+    ROOT,
+    bench_parser,
+    console_env,
+    grid_key_figures,
+    link_workers,
+    print_json,
+    print_lines,
+    raise_nofile,
+    replay_fleet,
+    rss_mb,
+    sizes,
+    steady_cpu,
+    visit_figures,
+    wait_all_gpus,
+)
 
-import console  # noqa: E402,F401  (first: its filter keeps asyncssh's import quiet on recent cryptography)
+import console  # noqa: F401  (first: its filter keeps asyncssh's import quiet on recent cryptography)
 
 GPUS = 8
 TICK = 0.05  # seconds between the replay host's writes
@@ -368,12 +381,6 @@ class ReplayHost:
             acceptor.close()
 
 
-def raise_nofile() -> None:
-    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    with contextlib.suppress(ValueError, OSError):
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
 def serve_main(args: argparse.Namespace) -> int:
     """``scale.py serve``: the replay host process. Prints one JSON line (its ports), then serves until killed."""
     import asyncssh
@@ -399,96 +406,7 @@ def serve_main(args: argparse.Namespace) -> int:
     return 0
 
 
-class ReplayFleet:
-    """The replay host as a child process, with the keys, known_hosts and fleet.toml that reach it."""
-
-    def __init__(self, hosts: int, recording: Path, work: Path, detail: bool = True) -> None:
-        self.hosts, self.recording, self.work, self.detail = hosts, recording, work, detail
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.fleet_path = work / "fleet.toml"
-        self.ports: list[int] = []
-
-    def start(self, timeout: float = 120.0) -> None:
-        import asyncssh
-
-        host_key = asyncssh.generate_private_key("ssh-ed25519")
-        client_key = asyncssh.generate_private_key("ssh-ed25519")
-        host_key.write_private_key(str(self.work / "host_key"))
-        client_key.write_private_key(str(self.work / "client_key"))
-        (self.work / "client_key").chmod(0o600)
-        client_key.write_public_key(str(self.work / "client_key.pub"))
-        self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "serve", "--hosts", str(self.hosts),
-             "--recording", str(self.recording), "--dir", str(self.work)] + ([] if self.detail else ["--no-detail"]),
-            stdout=subprocess.PIPE, start_new_session=True)
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + timeout
-        line = b""
-        while not line.startswith(b"{"):
-            line = self.proc.stdout.readline()
-            if not line or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("the replay host did not start")
-        self.ports = json.loads(line)["ports"]
-        key_line = host_key.export_public_key().decode().strip()
-        known = self.work / "known_hosts"
-        known.write_text("".join(f"[127.0.0.1]:{p} {key_line}\n" for p in self.ports))
-        rows = [f'[defaults]\nuser = "bench"\nkey = "{self.work / "client_key"}"\nknown_hosts = "{known}"\n'
-                f'python = "python3"\nconnect_timeout = 60\n']
-        for i, port in enumerate(self.ports):
-            rows.append(f'[[instance]]\nname = "replay-{i:04d}"\nhost = "127.0.0.1"\nport = {port}\n')
-        self.fleet_path.write_text("\n".join(rows))
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-
-
 # -- 3. the console, driven by keys ---------------------------------------------------------------------------
-
-def console_env() -> None:
-    """This process as a console with nothing of the user's: no ssh-agent, no ~/.ssh/config, own state dir."""
-    os.environ.pop("SSH_AUTH_SOCK", None)
-    home = Path(tempfile.mkdtemp(prefix="fleet-scale-home-"))
-    os.environ["HOME"] = str(home)
-    os.environ["FLEET_CONSOLE_STATE_DIR"] = str(home / "state")
-
-
-def gpus_in(state: Any) -> int:
-    return sum(len(inst.gpus) for inst in state.instances.values())
-
-
-async def _after_refresh(app: Any) -> None:
-    fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    app.call_after_refresh(lambda: fut.done() or fut.set_result(None))
-    await fut
-
-
-async def key_latency(app: Any, key: str, changed: Any, timeout: float = 15.0) -> float | None:
-    """Seconds from the key event (sent through the driver, as a terminal's) to the first refresh after
-    ``changed()`` holds; None when it did not within ``timeout``."""
-    from textual import events
-
-    t0 = time.perf_counter()
-    app._driver.send_message(events.Key(key, None))
-    while not changed():
-        if time.perf_counter() - t0 > timeout:
-            return None
-        await asyncio.sleep(0.001)
-    await _after_refresh(app)
-    return time.perf_counter() - t0
-
 
 async def settle_detail(app: Any, hosts: int, timeout: float) -> int:
     """Wait until every instance out of view is at detail "summary" (or ``timeout``); how many are."""
@@ -502,56 +420,6 @@ async def settle_detail(app: Any, hosts: int, timeout: float) -> int:
             break
         await asyncio.sleep(0.25)
     return summary
-
-
-def cpu_pct(before: Any, after: Any, wall: float) -> float:
-    """% of one core between two ``psutil`` ``cpu_times()`` taken ``wall`` seconds apart."""
-    return 100 * (after.user + after.system - before.user - before.system) / wall
-
-
-async def grid_key_figures(app: Any, presses: int, key_timeout: float) -> dict[str, Any]:
-    """Down-arrow latency on the grid over ``presses`` presses (back to the top from the last row)."""
-    grid = app.grid
-    lat: list[float] = []
-    misses = 0
-    while len(lat) + misses < presses:
-        before = grid.cursor_name
-        t = await key_latency(app, "down", lambda b=before: grid.cursor_name != b, timeout=key_timeout)
-        if t is None:  # the last row (a small fleet), or no answer within key_timeout: back to the top
-            misses += 1
-            await key_latency(app, "home", lambda b=before: grid.cursor_name != b, timeout=key_timeout)
-        else:
-            lat.append(t)
-        await asyncio.sleep(0.15)
-    return {"key_n": len(lat), "key_misses": misses,
-            "key_p50_ms": round(1000 * statistics.median(lat), 1) if lat else None,
-            "key_max_ms": round(1000 * max(lat), 1) if lat else None}
-
-
-async def visit_figures(app: Any, visits: int, key_timeout: float) -> dict[str, Any]:
-    """Open an instance and go back, ``visits`` times on the next instances: ``open_ms`` / ``back_ms`` (the
-    first of the session), ``*_p50_ms`` (the others), ``*_max_ms`` (all; None when one got no answer)."""
-    from widgets.instance_screen import InstanceScreen
-
-    grid, main = app.grid, app.screen
-    opens: list[float | None] = []
-    backs: list[float | None] = []
-    for visit in range(visits):
-        if visit:
-            before = grid.cursor_name
-            await key_latency(app, "down", lambda b=before: grid.cursor_name != b, timeout=key_timeout)
-            await asyncio.sleep(0.5)
-        opens.append(await key_latency(app, "enter", lambda: isinstance(app.screen, InstanceScreen)))
-        await asyncio.sleep(1.0)
-        backs.append(await key_latency(app, "escape", lambda: app.screen is main))
-        await asyncio.sleep(0.5)
-    out: dict[str, Any] = {}
-    for what, took in (("open", opens), ("back", backs)):
-        ms = [round(1000 * t, 1) for t in took if t is not None]
-        out[f"{what}_ms"] = ms[0] if took[0] is not None else None
-        out[f"{what}_p50_ms"] = round(statistics.median(ms[1:]), 1) if len(ms) > 1 else None
-        out[f"{what}_max_ms"] = max(ms) if len(ms) == len(took) else None
-    return out
 
 
 async def drive_console(fleet_path: Path, hosts: int, replay_pid: int | None, *, steady: float = 10.0,
@@ -572,36 +440,23 @@ async def drive_console(fleet_path: Path, hosts: int, replay_pid: int | None, *,
     replay = psutil.Process(replay_pid) if replay_pid else None
     t_start = time.monotonic()
     async with app.run_test(size=size):
-        want = hosts * GPUS
-        while gpus_in(controller.state) < want and time.monotonic() - t_start < all_timeout:
-            await asyncio.sleep(0.1)
-        got = gpus_in(controller.state)
-        out["gpus"] = got
-        out["all_gpus_s"] = round(time.monotonic() - t_start, 1) if got >= want else None
+        out["gpus"], out["all_gpus_s"] = await wait_all_gpus(controller.state, hosts * GPUS, t_start, all_timeout)
         await asyncio.sleep(2.0)  # past the connect storm
         if detail:  # the hosts out of view at "summary" (console/core/detail.py), the steady state of a big fleet
             out["summary_hosts"] = await settle_detail(app, hosts, timeout=60.0)
             out["detail_settled_s"] = round(time.monotonic() - t_start, 1)
-        workers = [psutil.Process(pid) for pid in (controller.shards.pids if controller.shards else [])]
+        workers = link_workers(controller)
         out["link_workers"] = len(workers)
-        c0, r0, w0 = me.cpu_times(), replay.cpu_times() if replay else None, time.monotonic()
-        k0 = [w.cpu_times() for w in workers]
-        await asyncio.sleep(steady)
-        wall = time.monotonic() - w0
-        c1 = me.cpu_times()
-        k1 = [w.cpu_times() for w in workers]
-        ui = cpu_pct(c0, c1, wall)
-        linked = sum(cpu_pct(a, b, wall) for a, b in zip(k0, k1, strict=True))
+        _wall, ui, linked, others = await steady_cpu(steady, me, workers, {"replay": replay} if replay else {})
         out["ui_cpu_pct"] = round(ui, 1)
         out["workers_cpu_pct"] = round(linked, 1) if workers else None
         out["console_cpu_pct"] = round(ui + linked, 1)
-        if replay is not None and r0 is not None:
-            r1 = replay.cpu_times()
-            out["replay_cpu_pct"] = round(cpu_pct(r0, r1, wall), 1)
+        if "replay" in others:
+            out["replay_cpu_pct"] = round(others["replay"], 1)
         out.update(await grid_key_figures(app, presses, key_timeout))
         out.update(await visit_figures(app, visits, key_timeout))
-        out["rss_mb"] = round(me.memory_info().rss / 2**20)
-        out["workers_rss_mb"] = round(sum(w.memory_info().rss for w in workers) / 2**20) if workers else None
+        out["rss_mb"] = round(rss_mb(me))
+        out["workers_rss_mb"] = round(sum(w.memory_info().rss for w in workers) / MB) if workers else None
     await controller.stop()  # the app stops it on unmount too; stopping it under a live app races its paint timer
     return out
 
@@ -641,17 +496,6 @@ LINES = [
 ]
 
 
-def print_lines(r: dict[str, Any], lines: list[tuple[str, str, str]] = LINES,
-                optional: tuple[str, ...] = ()) -> None:
-    """One line per figure of ``lines``; the ``optional`` ones left out when absent."""
-    for key, label, unit in lines:
-        value = r.get(key)
-        if value is None and key in optional:
-            continue
-        text = "no answer" if value is None else f"{value} {unit}".rstrip()
-        print(f"hosts={r['hosts']:<5} {label.format(**r):<48} {text}", flush=True)
-
-
 def note(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
@@ -670,9 +514,8 @@ def bench_main(args: argparse.Namespace) -> int:
             size = recording.stat().st_size
             print(f"recorded {len(frames)} frames, {size / args.record_seconds / 1024:.1f} KB/s, "
                   f"{len(frames) / args.record_seconds:.1f} frames/s per host", file=sys.stderr, flush=True)
-        sizes = [int(x) for x in args.hosts.split(",")]
-        if len(sizes) > 1:  # each size in a fresh process: RSS and the collector's work are that size's alone
-            for hosts in sizes:
+        if len(args.hosts) > 1:  # each size in a fresh process: RSS and the collector's work are that size's alone
+            for hosts in args.hosts:
                 argv = [sys.executable, str(Path(__file__).resolve()), "--hosts", str(hosts), "--recording",
                         str(recording), "--steady", str(args.steady), "--presses", str(args.presses),
                         "--all-timeout", str(args.all_timeout)] + (["--no-detail"] * args.no_detail) + (
@@ -680,25 +523,21 @@ def bench_main(args: argparse.Namespace) -> int:
                 if subprocess.run(argv, check=False).returncode != 0:
                     return 1
             return 0
-        for hosts in sizes:
+        for hosts in args.hosts:
             work = top / f"h{hosts}"
             work.mkdir()
-            fleet = ReplayFleet(hosts, recording, work, detail=not args.no_detail)
             t0 = time.monotonic()
-            fleet.start()
-            note(f"{hosts} hosts: replay host up in {time.monotonic() - t0:.1f} s")
-            try:
+            with replay_fleet(hosts, recording, work, detail=not args.no_detail) as fleet:
+                note(f"{hosts} hosts: replay host up in {time.monotonic() - t0:.1f} s")
                 r = asyncio.run(drive_console(fleet.fleet_path, hosts, fleet.pid, steady=args.steady,
                                               presses=args.presses, all_timeout=args.all_timeout,
                                               detail=not args.no_detail))
                 note(f"{hosts} hosts: console done at {time.monotonic() - t0:.1f} s")
                 r["status_json_s"] = status_wall(fleet.fleet_path)
-            finally:
-                fleet.stop()
             if args.json:
-                print(json.dumps(r), flush=True)
+                print_json(r)
             else:
-                print_lines(r)
+                print_lines(r, LINES)
         return 0
     finally:
         shutil.rmtree(top, ignore_errors=True)
@@ -713,8 +552,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--dir", required=True)
         p.add_argument("--no-detail", action="store_true", help="do not take op detail (an agent without it)")
         return serve_main(p.parse_args(argv[1:]))
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--hosts", default="100,500,1000", help="comma-separated fleet sizes")
+    p = bench_parser(__doc__)
+    p.add_argument("--hosts", type=sizes, default="100,500,1000", help="comma-separated fleet sizes")
     p.add_argument("--record-seconds", type=float, default=30.0)
     p.add_argument("--recording", help="reuse this recording (JSON lines from a previous run) instead of recording")
     p.add_argument("--steady", type=float, default=10.0, help="seconds of steady CPU measurement")

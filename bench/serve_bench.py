@@ -18,24 +18,21 @@ Goals (issue 16): CPU < 10 % of a core, scrape < 50 ms, history < 50 MB a day.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
-import os
 import random
-import statistics
 import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("FLEET_CONSOLE_STATE_DIR", tempfile.mkdtemp(prefix="fleet-serve-bench-"))
+from common import Stopwatch, bench_parser, max_ms, median_ms, ms, print_goals, print_result, private_dir
 
 from console.inventory import BenchmarkSpec, Fleet, Instance
 from console.monitor.history import History
 from console.monitor.monitoring import MonitoredController, Monitoring
+
+private_dir("FLEET_CONSOLE_STATE_DIR", "fleet-serve-bench-")  # the history and audit paths read it when used
 
 GIB = 2**30
 
@@ -114,10 +111,10 @@ async def run_serve(seconds: float, instances: int, gpus: int, history_dir: Path
             await asyncio.sleep(5.0)
 
     scraper = asyncio.create_task(prometheus())
-    cpu0, wall0 = time.process_time(), time.perf_counter()
+    clock = Stopwatch()
     tick = 0
     step = 1.0 / len(frames.names)
-    while time.perf_counter() - wall0 < seconds:
+    while clock.wall() < seconds:
         second = time.perf_counter()
         for i, name in enumerate(frames.names):  # spread over the second, as 100 agents would be
             state.apply_frame(name, frames.gpu(i))
@@ -130,27 +127,27 @@ async def run_serve(seconds: float, instances: int, gpus: int, history_dir: Path
                                          "gone": []})
             await asyncio.sleep(max(0.0, second + (i + 1) * step - time.perf_counter()))
         tick += 1
-    cpu = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
+    cpu = clock.cpu() / clock.wall()
     scraper.cancel()
     # scrape latency on its own (no frames arriving meanwhile), 20 times
     alone = [(await asyncio.to_thread(scrape, url))[0] for _ in range(20)]
     render = monitoring.server.last_scrape_seconds
     from console.monitor.metrics import render_text
 
-    cpu1 = time.process_time()
+    render_clock = Stopwatch()
     for _ in range(10):
         render_text(monitoring.server.collector.gather())
-    render_cpu = (time.process_time() - cpu1) / 10  # what a scrape costs the loop, whatever else runs on the box
+    render_cpu = render_clock.cpu() / 10  # what a scrape costs the loop, whatever else runs on the box
     await controller.stop()
     return {
         "cpu_percent": round(100 * cpu, 2),
         "frames": state.frames,
-        "scrape_ms_during_p50": round(1000 * statistics.median(scrapes), 1) if scrapes else None,
-        "scrape_ms_during_max": round(1000 * max(scrapes), 1) if scrapes else None,
-        "scrape_ms_p50": round(1000 * statistics.median(alone), 1),
-        "scrape_ms_max": round(1000 * max(alone), 1),
-        "render_ms_last": round(1000 * render, 1),
-        "render_cpu_ms": round(1000 * render_cpu, 1),
+        "scrape_ms_during_p50": median_ms(scrapes),
+        "scrape_ms_during_max": max_ms(scrapes),
+        "scrape_ms_p50": median_ms(alone),
+        "scrape_ms_max": max_ms(alone),
+        "render_ms_last": ms(render),
+        "render_cpu_ms": ms(render_cpu),
         "metrics_bytes": sizes[-1] if sizes else None,
     }
 
@@ -180,7 +177,7 @@ def history_growth(instances: int, gpus: int, minutes: int, directory: Path) -> 
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--instances", type=int, default=100)
     parser.add_argument("--gpus", type=int, default=8)
@@ -191,14 +188,11 @@ def main() -> int:
         result = asyncio.run(run_serve(args.seconds, args.instances, args.gpus, Path(tmp)))
         result.update(history_growth(args.instances, args.gpus, args.history_minutes, Path(tmp)))
     result.update(instances=args.instances, gpus=args.gpus, seconds=args.seconds)
-    if args.json:
-        print(json.dumps(result, indent=1))
-    else:
-        for key, value in result.items():
-            print(f"{key:>28}: {value}")
+    print_result(result, args.json, "{key:>28}: {value}", indent=1)
+    if not args.json:
         ok = (result["cpu_percent"] < 10 and min(result["scrape_ms_p50"], result["render_cpu_ms"]) < 50
               and result["history_mb_per_day"] < 50)
-        print("goals (cpu < 10 %, scrape < 50 ms, history < 50 MB/day):", "met" if ok else "NOT met")
+        print_goals("cpu < 10 %, scrape < 50 ms, history < 50 MB/day", ok)
     return 0
 
 

@@ -9,31 +9,19 @@ has answered and the first visit is done (imports, caches and the first screen a
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
-import json
-import os
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("FLEET_CONSOLE_CONFIG_DIR", tempfile.mkdtemp(prefix="fleet-soak-"))
-
-import psutil
+from common import bench_parser, print_json, private_dir, rss_mb
 
 from console.core.controller import FleetController
 from console.demo.fleet import start_demo
 from console.ui.app import FleetApp
 from widgets.instance_screen import InstanceScreen
 
-MB = 2**20
-
-
-def rss() -> int:
-    return int(psutil.Process().memory_info().rss)
+private_dir("FLEET_CONSOLE_CONFIG_DIR", "fleet-soak-")  # the themes read it when the app starts
 
 
 async def visit(app: FleetApp, pilot, name: str) -> None:
@@ -65,9 +53,9 @@ async def run(minutes: float, instances: int, visits: int) -> dict:
                 await asyncio.sleep(0.5)
             await visit(app, pilot, names[0])
             gc.collect()
-            start, t0 = rss(), time.monotonic()
-            out["rss_start_mb"] = round(start / MB, 1)
-            print("start: RSS %.1f MB" % (start / MB), file=sys.stderr, flush=True)
+            start, t0 = rss_mb(), time.monotonic()
+            out["rss_start_mb"] = round(start, 1)
+            print("start: RSS %.1f MB" % start, file=sys.stderr, flush=True)
             period = minutes * 60.0 / visits
             for k in range(visits):
                 await visit(app, pilot, names[k % len(names)])
@@ -75,11 +63,11 @@ async def run(minutes: float, instances: int, visits: int) -> dict:
                 if wait > 0:
                     await asyncio.sleep(wait)
                 if (k + 1) % 10 == 0:
-                    print("%3d visits, %5.0f s: RSS %.1f MB" % (k + 1, time.monotonic() - t0, rss() / MB),
+                    print("%3d visits, %5.0f s: RSS %.1f MB" % (k + 1, time.monotonic() - t0, rss_mb()),
                           file=sys.stderr, flush=True)
             gc.collect()
-            end = rss()
-            out.update(rss_end_mb=round(end / MB, 1), growth_mb=round((end - start) / MB, 1),
+            end = rss_mb()
+            out.update(rss_end_mb=round(end, 1), growth_mb=round(end - start, 1),
                        seconds=round(time.monotonic() - t0), frames=app.state.frames)
     finally:
         await controller.stop()
@@ -88,7 +76,7 @@ async def run(minutes: float, instances: int, visits: int) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--instances", type=int, default=20)
     parser.add_argument("--visits", type=int, default=100)
@@ -96,7 +84,7 @@ def main() -> int:
     args = parser.parse_args()
     result = asyncio.run(run(args.minutes, args.instances, args.visits))
     if args.json:
-        print(json.dumps(result))
+        print_json(result)
     else:
         print("RSS start %(rss_start_mb).1f MB, end %(rss_end_mb).1f MB: %(growth_mb)+.1f MB over %(seconds)d s, "
               "%(visits)d visits, %(instances)d instances" % result)

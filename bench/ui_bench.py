@@ -18,31 +18,37 @@ At 160 columns or more the detail pane (widgets/detail_pane.py) is shown beside 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
 import random
-import statistics
-import sys
-import tempfile
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("FLEET_CONSOLE_CONFIG_DIR", tempfile.mkdtemp(prefix="fleet-ui-bench-"))
 
 import psutil
+from common import (
+    Stopwatch,
+    bench_parser,
+    max_ms,
+    median_ms,
+    ms,
+    pct,
+    print_goals,
+    print_result,
+    private_dir,
+    rss_mb,
+)
 
+from console.core.control import OfflineControl
 from console.core.state import FleetState
 from console.inventory import Instance
 from console.ui.app import FleetApp
 from widgets.fleet_grid import FleetGrid
 
+private_dir("FLEET_CONSOLE_CONFIG_DIR", "fleet-ui-bench-")  # the themes read it when the app starts
+
 GIB = 2**30
 
 
-class BenchFleet:
+class BenchFleet(OfflineControl):
     """What the app needs from a controller, fed by a synthetic frame source (no links, no agents)."""
 
     def __init__(self, instances: int, gpus: int) -> None:
@@ -181,13 +187,6 @@ class BenchFleet:
         return frames
 
 
-def pct(values, q: float) -> float:
-    if not values:
-        return 0.0
-    values = sorted(values)
-    return values[min(len(values) - 1, round(q / 100 * (len(values) - 1)))]
-
-
 async def run(seconds: float, size: tuple, instances: int, gpus: int, view: str = "grid", sort: str = "status",
               profile: str = "") -> dict:
     fleet = BenchFleet(instances, gpus)
@@ -240,7 +239,7 @@ async def run(seconds: float, size: tuple, instances: int, gpus: int, view: str 
         stop = asyncio.Event()
         probe = asyncio.create_task(lag_probe(stop))
         proc = psutil.Process()
-        cpu0, wall0 = time.process_time(), time.perf_counter()
+        clock = Stopwatch()
         views = (lambda: grid.paints) if table is None else (lambda: table.paints)
         paints0, frames0, details0, lines0 = views(), app.frames_painted, detail.renders, grid.lines_refreshed
         profiler = None
@@ -250,14 +249,14 @@ async def run(seconds: float, size: tuple, instances: int, gpus: int, view: str 
             profiler = cProfile.Profile()
             profiler.enable()
         frames = await fleet.feed(seconds)
-        wall = time.perf_counter() - wall0
-        cpu = time.process_time() - cpu0
+        wall = clock.wall()
+        cpu = clock.cpu()
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(profile)
         stop.set()
         await probe
-        rss = proc.memory_info().rss
+        rss = rss_mb(proc)
         paints, ticks = views() - paints0, app.frames_painted - frames0
         if table is None:
             visible = sum(1 for n in grid.visible_names if grid._pos[n][1] < size[1])
@@ -274,22 +273,22 @@ async def run(seconds: float, size: tuple, instances: int, gpus: int, view: str 
         "frames_applied": frames,
         "cpu_percent_one_core": round(100 * cpu / wall, 1),
         "loop_lag_ms": {
-            "p50": round(1000 * statistics.median(lags), 1) if lags else 0,
-            "p95": round(1000 * pct(lags, 95), 1),
-            "p99": round(1000 * pct(lags, 99), 1),
-            "max": round(1000 * max(lags), 1) if lags else 0,
+            "p50": median_ms(lags, 0),
+            "p95": ms(pct(lags, 95)),
+            "p99": ms(pct(lags, 99)),
+            "max": max_ms(lags, 0),
         },
         # the lag less the time the OS ran other processes: min(lateness, this thread's CPU time meanwhile)
         "loop_lag_own_cpu_ms": {
-            "p99": round(1000 * pct(own_lags, 99), 1),
-            "max": round(1000 * max(own_lags), 1) if own_lags else 0,
+            "p99": ms(pct(own_lags, 99)),
+            "max": max_ms(own_lags, 0),
         },
         "update_to_paint_ms": {
-            "p50": round(1000 * statistics.median(latencies), 1) if latencies else None,
-            "p95": round(1000 * pct(latencies, 95), 1),
-            "max": round(1000 * max(latencies), 1) if latencies else None,
+            "p50": median_ms(latencies),
+            "p95": ms(pct(latencies, 95)),
+            "max": max_ms(latencies),
         },
-        "rss_mb": round(rss / 2**20, 1),
+        "rss_mb": round(rss, 1),
         "pane_renders" if table is None else "row_renders": paints,
         "grid_lines_refreshed": lines_refreshed if table is None else None,  # only the lines that looked different
         "ui_frames": ticks,
@@ -299,7 +298,7 @@ async def run(seconds: float, size: tuple, instances: int, gpus: int, view: str 
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--size", default="200x60")
     parser.add_argument("--instances", type=int, default=100)
@@ -313,13 +312,9 @@ def main() -> int:
     load = os.getloadavg()
     result = asyncio.run(run(args.seconds, (w, h), args.instances, args.gpus, args.view, args.sort, args.profile))
     result["load_average_before_after"] = "%.1f / %.1f (%d cores)" % (load[0], os.getloadavg()[0], os.cpu_count() or 0)
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        for key, value in result.items():
-            print("%-24s %s" % (key, value))
+    print_result(result, args.json, "{key:<24} {value}", indent=2)
     ok = result["loop_lag_ms"]["p99"] < 50 and result["cpu_percent_one_core"] < 25 and result["rss_mb"] < 300
-    print("goals (lag p99 < 50 ms, CPU < 25 %, RSS < 300 MB):", "met" if ok else "MISSED")
+    print_goals("lag p99 < 50 ms, CPU < 25 %, RSS < 300 MB", ok, missed="MISSED")
     return 0 if ok else 1
 
 
