@@ -2,11 +2,13 @@
 processes, fake NVML and dmesg, a real sshd on 127.0.0.1, the real ``fleet-console diagnose --json``).
 
     .venv/bin/python bench/incidents.py [--only SLUG ...] [--workers N] [--json FILE] [--write-baseline]
+                                        [--corpus DIR]
 
 Prints one row per incident (expected verdict, the verdict given, right or not, the expected evidence line
 present or not) and the totals: right %, failures called healthy, healthy/finished runs called failures.
 ``--write-baseline`` rewrites tests/fixtures/incidents/BASELINE.txt with the incidents answered right now
-(tests/test_incidents.py keeps those right).
+(tests/test_incidents.py keeps those right). ``--corpus DIR`` replays another folder of incidents in the same
+format instead (a blind round: tests/fixtures/incidents-blind/round-N, docs/diagnosis.md).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 
 from common import bench_parser
 
-from tests.incidents import BASELINE, load_incidents, run_corpus, score, table
+from tests.incidents import BASELINE, CORPUS, load_incidents, run_corpus, score, table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,9 +30,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=None, help="incidents at once (default 3, 1 without root)")
     parser.add_argument("--json", metavar="FILE", help="also write every outcome (with the diagnosis) as JSON")
     parser.add_argument("--write-baseline", action="store_true", help="rewrite BASELINE.txt from this run")
+    parser.add_argument("--corpus", type=Path, default=CORPUS, metavar="DIR",
+                        help="the folder of incidents (default tests/fixtures/incidents)")
     args = parser.parse_args(argv)
+    if args.write_baseline and args.corpus.resolve() != CORPUS.resolve():
+        parser.error("--write-baseline is the default corpus's baseline: not with --corpus")
 
-    incidents = load_incidents(only=args.only)
+    incidents = load_incidents(args.corpus, only=args.only)
     if not incidents:
         print("no incidents found", file=sys.stderr)
         return 2

@@ -1,14 +1,16 @@
 """Every benchmark in bench/ at a small, quick size, one after another (``make bench``): a smoke run, not figures.
 
-Each bench runs as its own process (this interpreter, the repository root as working directory) with the
-smallest arguments that still exercise all of it (``--list`` shows them), and gets one summary line: its name,
-ok / FAILED / skipped, seconds, and its headline figure where it prints one. A bench that needs a program this
-machine lacks (sshd, prometheus) is skipped with a line that says so; a failed bench's last lines of output
-follow its summary line. Exits 1 when any bench failed (a bench's own non-zero exit, a missed goal included,
-or its timeout). About 3 minutes on the 2-core dev VM. The figures of docs/benchmarks.md come from the full
-sizes: the commands there.
+Each bench runs as its own process (this interpreter, the repository root as working directory) with the smallest
+arguments that still exercise all of it (``--list`` shows them), and gets one summary line: its name, ok / missed /
+FAILED / skipped, seconds, and its headline figure where it prints one. A bench that needs a program this machine
+lacks (sshd, prometheus) is skipped with a line that says so; a failed bench's last lines of output follow its
+summary line; a script in bench/ with no entry in ``BENCHES`` fails the run. "missed": the bench ran to its end but
+said a goal was not met (its goal exit status, no traceback), which a toy size on a loaded box may do: reported, not
+a failure unless ``--strict``. Exits 1 when any bench failed (a non-zero exit, a traceback, or past ``--timeout``).
+About 2 minutes on the 2-core dev VM. The figures of docs/benchmarks.md come from the full sizes: the commands
+there.
 
-    .venv/bin/python bench/run_all.py [--only NAME ...] [--list] [--verbose] [--timeout S] [--logs DIR]
+    .venv/bin/python bench/run_all.py [--only NAME ...] [--list] [--verbose] [--timeout S] [--logs DIR] [--strict]
 """
 
 from __future__ import annotations
@@ -25,9 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common import ROOT, bench_parser, find_program
+from common import BENCH, ROOT, bench_parser, find_program
 
-BENCH = Path(__file__).resolve().parent
 TAIL_LINES = 15  # of a failed bench's output, printed under its summary line
 
 
@@ -186,8 +187,10 @@ def main(argv: list[str] | None = None) -> int:
         benches = [b for b in BENCHES if b.name in wanted]
     if args.list:
         for b in benches:
-            needs = "  (needs %s)" % ", ".join(b.needs) if b.needs else ""
-            print(f"{b.name:<16} {' '.join(['bench/%s.py' % b.name, *b.args])}{needs}")
+            notes = ["needs %s" % p for p in b.needs]
+            notes += ["without %s: %s" % (p, " ".join(more)) for p, more in b.without.items()]
+            print(f"{b.name:<16} {' '.join(['bench/%s.py' % b.name, *b.args])}"
+                  + ("  (%s)" % "; ".join(notes) if notes else ""))
         return 0
     log = Path(args.logs) if args.logs else None
     if log is not None:
@@ -198,10 +201,20 @@ def main(argv: list[str] | None = None) -> int:
     for bench in benches:
         result, seconds, detail, out = run(bench, args.timeout, log, args.verbose)
         counts[result.split(":")[0]] += 1
-        print(f"{bench.name:<{width}}  {result:<8} {seconds:6.1f} s  {detail}".rstrip(), flush=True)
+        if result.startswith("skipped"):
+            print(f"{bench.name:<{width}}  {result}", flush=True)
+        else:
+            print(f"{bench.name:<{width}}  {result:<8} {seconds:6.1f} s  {detail}".rstrip(), flush=True)
         if (result == "FAILED" or (result == "missed" and args.strict)) and not args.verbose:
             for line in out.splitlines()[-TAIL_LINES:]:
                 print("    | " + line, flush=True)
+    if not args.only:  # a script added to bench/ without its small arguments here is not run: say so
+        known = {b.name for b in BENCHES} | {"common", "run_all"}
+        for script in sorted(BENCH.glob("*.py")):
+            if script.stem not in known:
+                counts["FAILED"] += 1
+                why = "not in bench/run_all.py's BENCHES (its small arguments go there)"
+                print(f"{script.stem:<{width}}  FAILED   {why}", flush=True)
     total = time.monotonic() - started
     print(f"{len(benches)} benches in {total:.0f} s: {counts['ok']} ok, {counts['missed']} missed a goal, "
           f"{counts['FAILED']} failed, {counts['skipped']} skipped", flush=True)
