@@ -134,6 +134,11 @@ def format_diagnosis(name: str, data: dict[str, Any]) -> str:
         for ev in finding.get("evidence") or []:
             where = f"{ev.get('path')}:{ev.get('line')}" if ev.get("line") else str(ev.get("path") or "")
             out.append(f"      {where}: {ev.get('text', '')}".rstrip())
+    for alt in data.get("alternatives") or []:  # top-3: the other explanations worth a look
+        out.append(f"  also possible: {alt.get('code')}: {alt.get('summary', '')}".rstrip())
+        for ev in (alt.get("evidence") or [])[:1]:
+            where = f"{ev.get('path')}:{ev.get('line')}" if ev.get("line") else str(ev.get("path") or "")
+            out.append(f"      {where}: {ev.get('text', '')}".rstrip())
     return "\n".join(out)
 
 

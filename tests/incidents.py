@@ -177,6 +177,12 @@ class Outcome:
         return self.got == self.expected
 
     @property
+    def top3(self) -> bool:
+        """The expected code is the verdict or one of its alternatives."""
+        alts = [a.get("code") for a in self.data.get("alternatives") or [] if isinstance(a, dict)]
+        return self.ok or self.expected in alts[:2]
+
+    @property
     def false_healthy(self) -> bool:
         """A failure the diagnosis called fine."""
         return self.expected not in FINE_CODES and self.got in FINE_CODES
@@ -248,7 +254,7 @@ class Runner:
 
     # setup / teardown
     def __enter__(self) -> Runner:
-        from tests.sshd import Sshd
+        from tests.support.sshd import Sshd
 
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.standin = self.workdir / "standin"
@@ -698,6 +704,7 @@ def run_corpus(
 class Score:
     total: int
     right: int
+    top3: int
     evidence: int
     skipped: int
     false_healthy: list[str]
@@ -714,6 +721,7 @@ def score(outcomes: list[Outcome]) -> Score:
     return Score(
         total=len(ran),
         right=sum(o.ok for o in ran),
+        top3=sum(o.top3 for o in ran),
         evidence=sum(o.ok and o.evidence_ok for o in ran),
         skipped=len(outcomes) - len(ran),
         false_healthy=[o.slug for o in ran if o.false_healthy],
@@ -725,7 +733,7 @@ def score(outcomes: list[Outcome]) -> Score:
 def table(outcomes: list[Outcome]) -> str:
     """The score table: one row per incident, then the totals."""
     width = max([len(o.slug) for o in outcomes] + [8])
-    rows = [f"{'incident':<{width}}  {'expected':<22} {'got':<22} ok  evidence"]
+    rows = [f"{'incident':<{width}}  {'expected':<22} {'got':<22} ok  evidence  top-3"]
     for o in outcomes:
         if o.skipped:
             rows.append(f"{o.slug:<{width}}  {o.expected:<22} {'-':<22} --  skipped: {o.skipped}")
@@ -734,12 +742,13 @@ def table(outcomes: list[Outcome]) -> str:
         mark = "ok" if o.ok else "NO"
         ev = ("ok" if o.evidence_ok else "no") if o.ok else "-"
         tail = f"  ({o.error})" if o.error else ""
-        rows.append(f"{o.slug:<{width}}  {o.expected:<22} {got:<22} {mark}  {ev}{tail}")
+        top3 = "ok" if o.top3 else "NO"
+        rows.append(f"{o.slug:<{width}}  {o.expected:<22} {got:<22} {mark}  {ev:<8}  {top3}{tail}")
     s = score(outcomes)
     rows.append("")
     rows.append(
         f"right: {s.right}/{s.total} ({s.right_pct:.1f} %), with the expected evidence: {s.evidence}; "
-        f"skipped: {s.skipped}"
+        f"top-3: {s.top3}/{s.total} ({100.0 * s.top3 / s.total if s.total else 0.0:.1f} %); skipped: {s.skipped}"
     )
     fails = sum(1 for o in outcomes if not o.skipped and o.expected not in FINE_CODES)
     fines = s.total - fails

@@ -96,6 +96,18 @@ def diagnosis_text(inst: InstanceState, evidence: Optional[List[Tuple[int, str, 
             text.append("\n")
         for path in full_paths:  # the file's full path once, under its lines
             text.append("      in %s\n" % path, "dim")
+    alternatives = [a for a in diag.get("alternatives") or [] if isinstance(a, dict)]
+    if alternatives:  # top-3: the other explanations worth a look, each with its best evidence line
+        text.append("\nAlso possible\n", "bold")
+        for alt in alternatives:
+            text.append("  %s" % operator_text(str(alt.get("label") or alt.get("code") or "?")), "bold")
+            text.append("  %s\n" % operator_text(str(alt.get("summary") or "")))
+            for ev in (alt.get("evidence") or [])[:1]:
+                where = short_path(str(ev.get("path") or ""))
+                if ev.get("line") is not None:
+                    where += ":%s" % ev["line"]
+                text.append("    %s" % where, "cyan")
+                text.append("  %s\n" % (ev.get("text") or ""))
     steps = [s for s in diag.get("steps") or [] if not (isinstance(s, dict) and s.get("name") == "verdict")]
     if steps:  # (the verdict step repeats the line at the top)
         text.append("\nWhat was checked\n", "bold")

@@ -117,10 +117,18 @@ class VerdictCore(_Out):
     summary: str
 
 
+class Alternative(_Out):
+    code: str
+    summary: str
+    evidence: list[Evidence]
+
+
 class Diagnosis(_Out):
     instance: str
     verdict: VerdictCore
     findings: list[Finding] = Field(description="most severe first")
+    alternatives: list[Alternative] = Field(default_factory=list,
+                                            description="up to two other explanations, most likely first (top-3)")
     steps: list[Any]
     truncated: bool
     note: Optional[str] = None

@@ -270,6 +270,12 @@ def diagnosis_view(name: str, data: Dict[str, Any]) -> Dict[str, Any]:
             "summary": safe.field(verdict.get("summary"), 600),
         },
         "findings": findings,
+        "alternatives": [
+            {"code": safe.field(a.get("code"), 80), "summary": safe.field(a.get("summary"), 600),
+             "evidence": [{"path": safe.field(e.get("path"), 500), "line": e.get("line"),
+                           "text": safe.line(e.get("text"), 500)} for e in (a.get("evidence") or [])[:2]]}
+            for a in (data.get("alternatives") or [])[:2] if isinstance(a, dict)
+        ],
         "steps": [safe.field(s) for s in (data.get("steps") or [])[:50]],
         "truncated": False,
     }
@@ -288,6 +294,8 @@ def render_diagnosis(result: Dict[str, Any]) -> str:
         for e in f["evidence"]:
             where = f"{e['path']}:{e['line']}" if e.get("line") else e["path"]
             out.append(f"      {where}: {e['text']}")
+    for a in result.get("alternatives") or []:
+        out.append(f"  also possible: {a['code']}: {a['summary']}")
     return safe.fit_text("\n".join(out))
 
 

@@ -15,6 +15,7 @@ from typing import Any, Optional, cast
 from ..wire.config import AgentConfig
 from ..wire.protocol import DiagnosisResult
 from ..wire.timefmt import fmt_age
+from .alternatives import alternatives
 from .analyze import analyze
 from .codes import LABELS, RANK
 from .gather import gather, gpu_facts, log_candidates, read_dmesg, watched_files
@@ -40,4 +41,6 @@ def diagnose(
     """
     if stall_seconds is not None:
         config = cast(AgentConfig, dict(config, stall_seconds=float(stall_seconds)))
-    return analyze(gather(config, gpu_sampler, now=now, include_dmesg=include_dmesg))
+    result = analyze(gather(config, gpu_sampler, now=now, include_dmesg=include_dmesg))
+    result["alternatives"] = alternatives(result)
+    return result

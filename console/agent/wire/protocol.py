@@ -238,8 +238,18 @@ class _DiagnosisBase(TypedDict):
     steps: List[Step]
 
 
+class Alternative(TypedDict):
+    """Another explanation besides the verdict (top-3), with the evidence that points at it."""
+
+    code: str
+    label: str
+    summary: str
+    evidence: List[Evidence]
+
+
 class DiagnosisResult(_DiagnosisBase, total=False):
     time: float
+    alternatives: List[Alternative]  # up to two other codes, most likely first (diagnosis/alternatives.py)
 
 
 class ProbeResult(TypedDict, total=False):
