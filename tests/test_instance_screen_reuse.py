@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from tests.test_app import all_live, make_app, open_screen, screen_text, wait_until
+from tests.support.app import all_live, make_app, open_screen, screen_text, wait_until
 from widgets.gpu_panel import GpuPanel
 from widgets.instance_screen import InstanceScreen
 from widgets.process_panel import ProcessPanel
@@ -67,9 +67,10 @@ async def test_the_screen_is_built_before_the_first_open_and_shows_the_instance_
     app = make_app(tmp_path, gpus=2)
     async with app.run_test(size=(140, 45)) as pilot:
         await wait_until(pilot, lambda: all_live(app), what="three live agents")
-        await wait_until(pilot, lambda: app._instance_screen is not None and app._instance_screen.is_mounted,
+        screens = app.instance_screens
+        await wait_until(pilot, lambda: screens.screen is not None and screens.screen.is_mounted,
                          what="the instance screen built in the background")
-        warm = app._instance_screen
+        warm = app.instance_screens.screen
         built_for = warm.instance_name
         grid = app.grid
         await wait_until(pilot, lambda: warm._compositor.size == app.size, timeout=5,
@@ -101,7 +102,7 @@ async def test_an_open_while_the_screen_is_still_being_built_shows_the_instance_
         await wait_until(pilot, lambda: isinstance(app.screen, InstanceScreen) and app.screen.is_mounted,
                          what="the instance screen")
         screen = app.screen
-        assert screen is app._instance_screen and screen.instance_name == names[-1]
+        assert screen is app.instance_screens.screen and screen.instance_name == names[-1]
         assert screen.query_one(ProcessPanel).instance_name == names[-1]
         await wait_until(pilot, lambda: screen_text(app).lstrip().startswith(names[-1]), what="the header's name")
 
@@ -150,10 +151,10 @@ async def test_a_resize_and_a_theme_change_before_the_first_open_show_on_it(tmp_
     app = make_app(tmp_path, gpus=2)
     async with app.run_test(size=(140, 45)) as pilot:
         await wait_until(pilot, lambda: all_live(app), what="three live agents")
-        await wait_until(pilot, lambda: app._instance_screen is not None
-                         and app._instance_screen._compositor.size == app.size,
+        await wait_until(pilot, lambda: app.instance_screens.screen is not None
+                         and app.instance_screens.screen._compositor.size == app.size,
                          what="the screen laid out in the background")
-        warm = app._instance_screen
+        warm = app.instance_screens.screen
         header = warm.query_one("#inst-header")
         dark = (warm.styles.background, header.styles.color, header.styles.background)
         await pilot.resize_terminal(100, 30)
@@ -167,3 +168,35 @@ async def test_a_resize_and_a_theme_change_before_the_first_open_show_on_it(tmp_
         await wait_until(pilot, lambda: screen_text(app).lstrip().startswith(target), what="the header's name")
         lines = screen_text(app).splitlines()
         assert len(lines) == 30 and all(len(line) <= 100 for line in lines)
+
+
+
+async def test_an_activation_of_a_log_tab_that_is_gone_is_dropped_not_fatal() -> None:
+    """A pane added to empty log tabs is activated a moment later (Textual posts ``Tabs.TabActivated``); when the
+    screen has moved on to another instance by then, the message names a tab that is gone. TabbedContent raised
+    "No Tab with id" on it and the console ended (about half the runs of bench/soak.py): the log tabs drop it."""
+    from textual.app import App, ComposeResult
+    from textual.widgets import Static, Tab, TabPane, Tabs
+    from textual.widgets._tabbed_content import ContentTabs
+
+    from widgets.instance_screen import LogTabs
+
+    class Host(App[None]):
+        def compose(self) -> ComposeResult:
+            yield LogTabs(id="log-tabs")
+
+    app = Host()
+    async with app.run_test() as pilot:
+        tabs = app.query_one(LogTabs)
+        await tabs.add_pane(TabPane("first.log", Static("a"), id="log-1"))
+        await tabs.add_pane(TabPane("second.log", Static("b"), id="log-2"))
+        await pilot.pause()
+        content_tabs = tabs.get_child_by_type(ContentTabs)
+        gone = content_tabs.query_one("#--content-tab-log-1", Tab)
+        await tabs.clear_panes()  # the screen shows another instance
+        await tabs.add_pane(TabPane("other.log", Static("c"), id="log-3"))
+        content_tabs.post_message(Tabs.TabActivated(content_tabs, gone))  # the late activation
+        await pilot.pause()
+        await pilot.pause()
+        assert tabs.active == "log-3"
+    # (a crash in a message handler ends the test app: run_test raises it on the way out)

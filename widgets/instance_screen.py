@@ -15,7 +15,7 @@ from textual.containers import ScrollableContainer, VerticalScroll
 from textual.content import Content
 from textual.css.query import NoMatches
 from textual.screen import Screen
-from textual.widgets import Input, Static, TabbedContent, TabPane
+from textual.widgets import Input, Static, TabbedContent, TabPane, Tabs
 
 from console.agent.wire.timefmt import fmt_age as format_age
 from console.core.control import FleetControl
@@ -168,6 +168,20 @@ def header_text(inst: InstanceState, demo: bool, read_only: bool, retry_at: Opti
     return text
 
 
+class LogTabs(TabbedContent):
+    """The log files' tabs. Emptied when the screen shows another instance, while the first pane's activation
+    (queued by Textual when a pane is added to empty tabs) may still be on its way: an activation of a tab
+    that is gone is dropped here, where TabbedContent would raise "No Tab with id" and end the app."""
+
+    def _on_tabs_tab_activated(self, event: Tabs.TabActivated) -> None:
+        # Textual calls the handler of each class in the MRO: this one runs first, and prevent_default keeps
+        # TabbedContent's from running for a tab that is gone
+        tab_id = event.tab.id
+        if tab_id is not None and self._is_associated_tabs(event.tabs) and not event.tabs.query(f"#{tab_id}"):
+            event.prevent_default()
+            event.stop()
+
+
 class InstanceScreen(Screen):
     """One instance in detail. The app calls ``update_from_state()`` when the instance changed."""
 
@@ -228,7 +242,7 @@ class InstanceScreen(Screen):
                 yield ProcessPanel(self.instance_name, self.control, id="proc-panel")  # header, tree/flat, filter, k/K
             with TabPane("Logs", id="tab-logs"):
                 yield Static("No log files followed yet.", id="logs-empty", classes="empty")
-                yield TabbedContent(id="log-tabs")
+                yield LogTabs(id="log-tabs")
             with TabPane("Diagnosis", id="tab-diag"), VerticalScroll():
                 yield EvidenceView(id="diag-text")  # a Static; up/down choose an evidence line, enter opens it
             with TabPane("Probes", id="tab-probes"), ScrollableContainer():
