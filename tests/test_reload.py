@@ -18,8 +18,8 @@ import pytest
 from console.core.audit import AuditLog
 from console.core.controller import FleetController
 from console.inventory import load_fleet
-from tests.recorder import Recorder
-from tests.sshd import Sshd
+from tests.support.sshd import Sshd
+from tests.support.wait import until
 
 NO_PYTHON = "/nonexistent/python3"
 
@@ -46,10 +46,6 @@ def write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-async def until(predicate: object, what: str, timeout: float = 30.0) -> None:
-    await Recorder().wait_for(predicate, timeout=timeout, what=what)  # type: ignore[arg-type]
-
-
 def controller_for(path: Path, tmp_path: Path, watch: bool = False) -> FleetController:
     return FleetController(load_fleet(path), watch=watch, audit=AuditLog(tmp_path / "audit.jsonl"))
 
@@ -60,9 +56,9 @@ async def test_reload_adds_and_removes_without_touching_the_others(sshd: Sshd, t
     controller = controller_for(path, tmp_path)
     await controller.start()
     try:
-        await until(lambda: all(controller.links[n].status == "connected" for n in "ab"), "a and b connected")
+        await until(lambda: all(controller.links[n].status == "connected" for n in "ab"), what="a and b connected")
         link_a, state_a = controller.links["a"], controller.state.get("a")
-        await until(lambda: state_a.procs, "a's process table")
+        await until(lambda: state_a.procs, what="a's process table")
         link_b = controller.links["b"]
         frames_before = controller.state.frames
         # c above a (a's line moves: not a change), b gone
@@ -73,7 +69,7 @@ async def test_reload_adds_and_removes_without_touching_the_others(sshd: Sshd, t
         assert link_a.status == "connected" and state_a.procs, "a kept its link and its history"
         assert "b" not in controller.links and controller.state.get("b") is None
         assert link_b.status == "closed"
-        await until(lambda: controller.links["c"].status == "connected", "c connected")
+        await until(lambda: controller.links["c"].status == "connected", what="c connected")
         assert [i.name for i in controller.fleet.instances] == ["c", "a"]
         assert controller.state.frames > frames_before
         # a changed instance keeps its state (history) and gets a new link
@@ -99,12 +95,12 @@ async def test_file_change_and_sighup_reload(sshd: Sshd, tmp_path: Path) -> None
     try:
         write(path, defaults(sshd) + instance("a", sshd) + instance("b", sshd))
         os.utime(path, ns=(1, 1))  # a different mtime even within the file system's granularity
-        await until(lambda: "b" in controller.links, "b added after the file changed")
+        await until(lambda: "b" in controller.links, what="b added after the file changed")
         controller.watch.poll = 3600.0  # only SIGHUP from here on
         await asyncio.sleep(0.3)
         path.write_text(defaults(sshd) + instance("b", sshd))  # the poll no longer looks
         os.kill(os.getpid(), signal.SIGHUP)
-        await until(lambda: "a" not in controller.links, "a removed after SIGHUP")
+        await until(lambda: "a" not in controller.links, what="a removed after SIGHUP")
         assert set(controller.state.instances) == {"b"}
     finally:
         await controller.stop()
@@ -157,7 +153,7 @@ async def test_vastai_import_adds_and_removes_rentals(sshd: Sshd, tmp_path: Path
         rented = controller.fleet.get("bench-102")
         assert rented.port == sshd.port and rented.user == sshd.user and rented.gpus == 1
         assert "rented" in rented.tags and "vast" in rented.tags
-        await until(lambda: controller.links["bench-102"].status == "connected", "a rental connected")
+        await until(lambda: controller.links["bench-102"].status == "connected", what="a rental connected")
         kept = controller.links["bench-102"]
         # 101 destroyed, 104 rented
         vastai.write_text(json.dumps(vast_rows(sshd, 102, 104)))
@@ -176,7 +172,7 @@ async def test_vastai_import_adds_and_removes_rentals(sshd: Sshd, tmp_path: Path
         await controller.watch.stop()
         controller.fleet.imports = [dataclasses.replace(s, refresh=0.3) for s in controller.fleet.imports]
         controller.watch.sync_imports()
-        await until(lambda: set(controller.links) == {"own", "bench-104"}, "the refresh loop dropped bench-102")
+        await until(lambda: set(controller.links) == {"own", "bench-104"}, what="the refresh loop dropped bench-102")
         assert not controller.fleet_errors
     finally:
         await controller.stop()
@@ -194,3 +190,35 @@ async def test_a_missing_vastai_cli_is_one_line(sshd: Sshd, tmp_path: Path, monk
         assert set(controller.links) == {"own"}
     finally:
         await controller.stop()
+
+
+async def test_a_benchmark_section_added_or_changed_live_applies_at_once(sshd: Sshd, tmp_path: Path) -> None:
+    """Issue 35's blocker: after adding ``[benchmark]`` to a running console's fleet file, a benchmark that is not
+    running showed "all ok" for good (the reload kept the old, empty patterns); a fresh console said BENCH DOWN."""
+    import subprocess
+
+    path = tmp_path / "fleet.toml"
+    write(path, defaults(sshd) + instance("a", sshd))
+    controller = controller_for(path, tmp_path)
+    sleeper = subprocess.Popen(["sleep", "321"])  # a stand-in benchmark, running on the (loopback) host
+    await controller.start()
+    try:
+        state = controller.state.get("a")
+        assert state is not None
+        await until(lambda: controller.links["a"].status == "connected" and state.procs, what="a's process table")
+        assert state.bench_running is None and state.status != "benchmark_down"  # not watched without [benchmark]
+
+        write(path, defaults(sshd) + '[benchmark]\nmatch = ["no-such-benchmark"]\n\n' + instance("a", sshd))
+        await controller.reload()
+        await until(lambda: state.status == "benchmark_down", timeout=10, what="BENCH DOWN once [benchmark] is added",
+                    detail=lambda: (state.status, state.status_detail, state.bench_patterns))
+
+        write(path, defaults(sshd) + '[benchmark]\nmatch = ["sleep 321"]\n\n' + instance("a", sshd))
+        await controller.reload()
+        await until(lambda: state.bench_running and state.status != "benchmark_down", timeout=10,
+                    what="the benchmark seen running once [benchmark] names it",
+                    detail=lambda: (state.status, state.status_detail, state.bench_patterns))
+    finally:
+        await controller.stop()
+        sleeper.kill()
+        sleeper.wait()

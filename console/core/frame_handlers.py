@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Iterable, cast
 
 from console.agent.wire.frames import STATIC_GPU_FIELDS  # the fields a full gpu frame adds, as the agent writes them
-from console.agent.wire.procmatch import matches_program
 from console.agent.wire.protocol import (
     RESTART_MARKER,
     ErrorFrame,
@@ -143,20 +142,10 @@ def _on_procs(inst: InstanceState, raw: Frame, now: float) -> None:
     inst.procs_version += 1
     if frame.get("full"):
         inst.procs_subset = bool(frame.get("subset"))
-    if inst.bench_patterns:  # the agent's one matching rule: the program, never its arguments
-        bench = [float(rec.get("start") or 0.0) for rec in procs.values() if matches_program(rec, inst.bench_patterns)]
-        inst.bench_running = bool(bench)
-        inst.bench_started = min(bench) if bench else None  # a verdict older than this run stops counting
+    inst.match_benchmark()
+    if inst.bench_patterns or inst.entry_patterns:
         ts = frame.get("ts")
         if isinstance(ts, (int, float)) and ts:
-            inst.clock_offset = float(ts) - now  # the host's clock minus ours: process start times are theirs
-    if inst.entry_patterns:
-        starts = [float(rec.get("start") or 0.0) for rec in procs.values() if matches_program(rec, inst.entry_patterns)]
-        inst.entry_started = max(starts) if starts else None
-        if inst.bench_running:
-            inst.bench_seen_under = inst.entry_started  # this entrypoint got as far as the benchmark
-        ts = frame.get("ts")
-        if isinstance(ts, (int, float)):
             inst.clock_offset = float(ts) - now  # the host's clock minus ours: process start times are theirs
 
 

@@ -12,6 +12,7 @@ import time
 from collections import deque
 from typing import Any, Deque, Dict, List, Optional, Tuple, TypedDict
 
+from console.agent.wire.procmatch import matches_program
 from console.agent.wire.protocol import (
     DiagnosisResult,
     GpuStateName,
@@ -46,13 +47,6 @@ class InstanceState:
     """Everything known about one instance."""
 
     def __init__(self, instance: Instance) -> None:
-        self.instance = instance
-        self.name: str = instance.name
-        self.host: str = getattr(instance, "host", "") or ""
-        self.port: Optional[int] = getattr(instance, "port", None)
-        self.user: Optional[str] = getattr(instance, "user", None)
-        self.tags: List[str] = list(getattr(instance, "tags", None) or [])
-        self.transport: Optional[str] = getattr(instance, "transport", None)
         self.link_status = "connecting"
         self.link_detail = ""
         self.link_since: Optional[float] = None  # console clock of the last link status change
@@ -61,10 +55,6 @@ class InstanceState:
         self.quiet_connect = False  # the next "connected" is no reconnect (SSH opened on demand: on_demand.py)
         self.connected_at: Optional[float] = None
         self.hello: HelloFrame = {"type": "hello", "ts": 0.0}
-        self.agentless = bool(getattr(instance, "agentless", False))
-        extra = getattr(instance, "agent_extra", None) or {}
-        hb = extra.get("heartbeat_interval") if isinstance(extra, dict) else None
-        self.heartbeat_interval = float(hb) if isinstance(hb, (int, float)) and hb > 0 else DEFAULT_HEARTBEAT
         self.last_frame: Optional[float] = None  # receipt time (console clock) of the last frame
         self.last_heartbeat: Optional[HeartbeatFrame] = None
         self.gpu_state: Optional[GpuStateName] = None  # ok | no_gpu | error | None (no gpu frame yet)
@@ -92,9 +82,9 @@ class InstanceState:
         self.version = 0  # bumped on every change (UI caches key on it)
         self.updated_at = 0.0  # console clock of the last change
         self.idle_seconds = 0  # seconds every GPU has been idle, on the host's clock (frame_handlers._on_gpu)
-        self.bench_patterns = _bench_patterns(instance)
+        self.bench_patterns: List[re.Pattern[str]] = []
         self.bench_running: Optional[bool] = None  # None: unknown (no patterns or no process list yet)
-        self.entry_patterns = _bench_patterns(instance, "entrypoint")
+        self.entry_patterns: List[re.Pattern[str]] = []
         self.entry_started: Optional[float] = None  # start (host clock) of the youngest live entrypoint
         self.bench_seen_under: Optional[float] = None  # entry_started when a benchmark process was last seen
         self.clock_offset = 0.0
@@ -102,7 +92,7 @@ class InstanceState:
         # (the agent's restart marker, a rotation) make it history (kept for the Diagnosis tab, not counted).
         self.restarted_at: Optional[float] = None  # console clock of the last restart sent from here
         self.bench_started: Optional[float] = None  # start (host clock) of the oldest live benchmark process
-        self.bench_log: Optional[str] = getattr(getattr(instance, "benchmark", None), "log", None) or None
+        self.bench_log: Optional[str] = None
         self.log_moved_on = False  # the benchmark's log started over since the verdict
         self.reconnects: Deque[float] = deque(maxlen=64)  # console clock of each reconnect (flap counter)
         # Detail on demand (console/core/detail.py, op ``detail``): an instance off screen gets GPU frames on change or
@@ -111,6 +101,47 @@ class InstanceState:
         self.gpu_host_ts: Optional[float] = None  # its ``ts`` (the host's clock)
         self.procs_subset = False  # the process table holds only the benchmark's and GPU's processes
         self.detail_level = "full"  # as the agent's last heartbeat said
+        self.adopt(instance)
+
+    def adopt(self, instance: Instance) -> None:
+        """Take the instance's record from the fleet file (at start, and again at each reload): everything
+        derived from it follows, so that a reload applies all it reports (issue 35: a ``[benchmark]`` added
+        live used to keep the old, empty patterns, and a dead benchmark never showed)."""
+        self.instance = instance
+        self.name = instance.name
+        self.host = getattr(instance, "host", "") or ""
+        self.port = getattr(instance, "port", None)
+        self.user = getattr(instance, "user", None)
+        self.tags = list(getattr(instance, "tags", None) or [])
+        self.transport = getattr(instance, "transport", None)
+        self.agentless = bool(getattr(instance, "agentless", False))
+        extra = getattr(instance, "agent_extra", None) or {}
+        hb = extra.get("heartbeat_interval") if isinstance(extra, dict) else None
+        self.heartbeat_interval = float(hb) if isinstance(hb, (int, float)) and hb > 0 else DEFAULT_HEARTBEAT
+        self.bench_log = getattr(getattr(instance, "benchmark", None), "log", None) or None
+        bench, entry = _bench_patterns(instance), _bench_patterns(instance, "entrypoint")
+        changed = _sources(bench) != _sources(self.bench_patterns) or _sources(entry) != _sources(self.entry_patterns)
+        self.bench_patterns, self.entry_patterns = bench, entry
+        if changed and self.procs_version:  # judged again on the process table in hand, not at the next change
+            self.match_benchmark()
+
+    def match_benchmark(self) -> None:
+        """Which of the processes are the benchmark and its entrypoint (the agent's one rule: the program's
+        name, never its arguments)."""
+        procs = self.procs.values()
+        if self.bench_patterns:
+            bench = [float(rec.get("start") or 0.0) for rec in procs if matches_program(rec, self.bench_patterns)]
+            self.bench_running = bool(bench)
+            self.bench_started = min(bench) if bench else None  # a verdict older than this run stops counting
+        else:
+            self.bench_running, self.bench_started = None, None
+        if self.entry_patterns:
+            starts = [float(rec.get("start") or 0.0) for rec in procs if matches_program(rec, self.entry_patterns)]
+            self.entry_started = max(starts) if starts else None
+            if self.bench_running:
+                self.bench_seen_under = self.entry_started  # this entrypoint got as far as the benchmark
+        else:
+            self.entry_started = None
 
     # -- derived views --------------------------------------------------------------------------
     @property
@@ -261,3 +292,6 @@ def _bench_patterns(instance: Any, field: str = "match") -> List[re.Pattern[str]
             out.append(re.compile(pattern))
     return out
 
+
+def _sources(patterns: List[re.Pattern[str]]) -> List[str]:
+    return [p.pattern for p in patterns]

@@ -98,9 +98,10 @@ class FleetState:
             self.instances[inst.name] = inst
             self.order_version += 1
         else:
-            inst.instance = instance
-            inst.tags = list(getattr(instance, "tags", None) or [])
-        self._touch(inst, self.clock())
+            inst.adopt(instance)  # a reload: everything the record says, patterns included, applies now
+        now = self.clock()
+        self._touch(inst, now)
+        self._rederive(inst, now)
         return inst
 
     def get(self, name: str) -> Optional[InstanceState]:
