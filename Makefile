@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint bench bench-scale incidents sshd-deps clean install
+.PHONY: demo test test-quick lint bench bench-scale incidents sshd-deps clean install
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,13 @@ demo: $(STAMP)
 ## Install what the tests need (OpenSSH server, tmux, Prometheus when run as root) and run the whole suite.
 test: $(STAMP) sshd-deps lint
 	$(PY) -m pytest -q
+
+## The loop to run while editing: the tests that need no OpenSSH server and no tmux, less the slow ones
+## (687 tests, about 70 s on 2 cores). Markers set by tests/conftest.py: sshd, tmux, and slow for the app driven
+## through Pilot; slow is also put by hand on the other tests that take 3 s and more alone (real agents, the
+## demo fleet, process timing). `make test` runs them all.
+test-quick: $(STAMP)
+	$(PY) -m pytest -q -m "not sshd and not tmux and not slow"
 
 sshd-deps:
 	@if ! command -v sshd >/dev/null 2>&1 && ! test -x /usr/sbin/sshd || ! command -v tmux >/dev/null 2>&1 \

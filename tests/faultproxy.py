@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from tests.sshd import free_port
+from tests.support.sshd import free_port
 
 
 class FaultProxy:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Callable
 from typing import Any
+
+from tests.support.wait import until
 
 
 class Recorder:
@@ -30,10 +30,5 @@ class Recorder:
         return "", ""
 
     async def wait_for(self, predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = predicate()
-            if value:
-                return value
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; statuses: {self.statuses[-5:]}")
+        """``until(predicate)``; a time-out also says the last statuses reported."""
+        return await until(predicate, timeout, what, interval=0.05, detail=lambda: f"statuses: {self.statuses[-5:]}")

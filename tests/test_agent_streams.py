@@ -132,6 +132,7 @@ def test_agent_streams(tmp_path, sleeper):
         agent.stop()
 
 
+@pytest.mark.slow
 def test_agent_without_driver_says_no_gpu_once(tmp_path):
     state = tmp_path / "gpu.json"
     nvml_sim.write_state(str(state), {"no_driver": True})
@@ -153,6 +154,7 @@ def test_agent_without_driver_says_no_gpu_once(tmp_path):
         agent.stop()
 
 
+@pytest.mark.slow
 def test_the_watchdog_ping_is_answered_only_when_the_agent_was_quiet(tmp_path):
     """The console pings every 5 s (id 0) so that an agent it left exits; while frames flow they already say
     the agent lives and an answer per host every 5 s is only load. A quiet agent answers, so the console's
@@ -204,6 +206,7 @@ def _frames_for(agent: AgentProc, seconds: float, during=None) -> list:
     return out
 
 
+@pytest.mark.slow
 def test_at_summary_a_heartbeat_goes_out_only_when_nothing_else_did(tmp_path):
     """A host out of view whose GPU summaries flow sends no heartbeats besides the one that says its new level; a
     quiet one still does (the console's stale check); back at "full" the heartbeat comes at once, every interval."""

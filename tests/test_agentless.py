@@ -16,9 +16,8 @@ from console import agentless as al
 from console.core.state import FleetState
 from console.inventory import Instance
 from console.link import SshLink
-from tests.conftest import ssh_instance
 from tests.recorder import Recorder
-from tests.sshd import Sshd
+from tests.support.sshd import Sshd, ssh_instance
 
 MIB = 1024 * 1024
 NONCE = "0123456789abcdef"

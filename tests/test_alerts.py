@@ -23,7 +23,8 @@ from console.monitor import alerts as alerts_mod
 from console.monitor.alerts import AlertEngine, fleet_alerts
 from console.monitor.monitoring import MonitoredController, Monitoring
 from tests.support.sshd import Sshd, ssh_instance
-from tests.test_serve import bench_process, until  # noqa: F401 (a fixture)
+from tests.support.wait import until
+from tests.test_serve import bench_process  # noqa: F401 (a fixture)
 
 HEAD = '[[instance]]\nname = "a"\nhost = "h"\n\n'
 
@@ -228,6 +229,7 @@ async def test_a_failing_receiver_is_retried_with_backoff(monkeypatch: pytest.Mo
         flaky.close()
 
 
+@pytest.mark.slow
 async def test_a_receiver_that_never_answers_does_not_block(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(alerts_mod, "POST_TIMEOUT", 1.0)
     hole = socket.socket()

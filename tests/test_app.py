@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -18,8 +17,10 @@ from textual.widgets._toast import Toast, ToastRack
 
 from console.core.audit import AuditLog
 from console.core.controller import FleetController
-from console.inventory import BenchmarkSpec, Fleet, Instance
+from console.inventory import Fleet, Instance
 from console.ui.app import DEMO_BANNER, FleetApp
+from tests.support.app import NAMES, all_live, make_app, make_fleet, open_screen, screen_text, wait_until
+from tests.support.wait import until
 from widgets.confirm_screen import ConfirmScreen
 from widgets.fleet_grid import FleetGrid
 from widgets.help_screen import HelpScreen
@@ -27,81 +28,12 @@ from widgets.instance_screen import InstanceScreen
 from widgets.probe_menu import ProbeMenu
 from widgets.process_tree import ProcessTree
 
-NAMES = ("alpha", "beta", "gamma")
-
 
 @pytest.fixture(autouse=True)
 def config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "config"
     monkeypatch.setenv("FLEET_CONSOLE_CONFIG_DIR", str(path))
     return path
-
-
-def make_fleet(tmp_path: Path, names=NAMES, gpus: int = 2, marker: str = "") -> Fleet:
-    instances = []
-    for i, name in enumerate(names):
-        log = tmp_path / ("%s.log" % name)
-        log.write_text("".join("%s step %d\n" % (name, k) for k in range(1, 41)))
-        bench = BenchmarkSpec()
-        if marker:
-            bench = BenchmarkSpec(
-                start=(sys.executable, "-c", "import time; time.sleep(6)", marker), match=(marker,), stop_timeout=2.0
-            )
-        instances.append(
-            Instance(
-                name=name,
-                host="localhost",
-                transport="local",
-                tags=("gpu", "eu" if i % 2 else "us"),
-                logs=(str(log),),
-                watch_dirs=(),
-                interval=0.5,
-                benchmark=bench,
-                agent_extra={
-                    "heartbeat_interval": 0.5,
-                    "log_interval": 0.2,
-                    "gpu": {"simulate": {"gpus": gpus, "jitter": True}},
-                },
-            )
-        )
-    return Fleet(instances, source=str(tmp_path / "fleet.toml"))
-
-
-def make_app(
-    tmp_path: Path, read_only: bool = False, demo: bool = False, theme: str | None = "dark", **fleet_kw
-) -> FleetApp:
-    controller = FleetController(
-        make_fleet(tmp_path, **fleet_kw), read_only=read_only, demo=demo, audit=AuditLog(tmp_path / "audit.jsonl")
-    )
-    return FleetApp(controller, theme=theme)
-
-
-async def wait_until(pilot, predicate, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        await pilot.pause(0.1)
-    raise AssertionError("timed out waiting for " + what)
-
-
-async def open_screen(pilot, app: FleetApp) -> InstanceScreen:
-    await pilot.press("enter")
-    await wait_until(
-        pilot, lambda: isinstance(app.screen, InstanceScreen) and app.screen.is_mounted, what="instance screen"
-    )
-    await pilot.pause(0.3)
-    return app.screen
-
-
-def screen_text(app: FleetApp) -> str:
-    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
-
-
-def all_live(app: FleetApp) -> bool:
-    state = app.state
-    return all(i.link_status == "connected" and i.gpus and i.last_log for i in state.instances.values())
 
 
 async def test_grid_at_80x24_shows_every_instance_compactly(tmp_path: Path) -> None:
@@ -442,12 +374,12 @@ async def test_quit_stops_the_agents(tmp_path: Path) -> None:
         await pilot.press("q")
         await asyncio.sleep(0.2)
     assert app.controller.links == {}
-    for _ in range(50):
-        if not Path("/proc/%d" % pid).exists() or b"Z" in Path("/proc/%d/stat" % pid).read_bytes().split(b")")[-1][:3]:
-            break
-        await asyncio.sleep(0.1)
-    else:
-        raise AssertionError("agent still running after quit")
+
+    def agent_gone() -> bool:  # exited, or a zombie
+        proc = Path("/proc/%d" % pid)
+        return not proc.exists() or b"Z" in (proc / "stat").read_bytes().split(b")")[-1][:3]
+
+    await until(agent_gone, timeout=5, what="the agent to exit after quit")
 
 
 @pytest.mark.parametrize(("size", "shown"), [((80, 24), 3), ((200, 60), 5)])
@@ -654,7 +586,7 @@ async def test_toasts_are_one_line_each_kept_on_a_small_screen_and_rate_limited(
 
 
 async def test_the_event_timeline_is_kept_across_console_restarts(tmp_path: Path) -> None:
-    from console.serve import MonitoredController, Monitoring
+    from console.monitor.monitoring import MonitoredController, Monitoring
 
     history = tmp_path / "history.sqlite3"
 

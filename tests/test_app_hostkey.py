@@ -12,9 +12,8 @@ from console.core.controller import FleetController
 from console.inventory import Fleet
 from console.link.hostkeys import fingerprint
 from console.ui.app import FleetApp
-from tests.conftest import ssh_instance
-from tests.sshd import Sshd
-from tests.test_app import wait_until
+from tests.support.app import wait_until
+from tests.support.sshd import Sshd, ssh_instance
 from widgets.confirm_screen import ConfirmScreen
 from widgets.instance_screen import InstanceScreen
 

@@ -16,7 +16,7 @@ import asyncssh
 import pytest
 
 from tests.fixtures.chains.harness import Harness, alive, wait_for
-from tests.sshd import Sshd, free_port
+from tests.support.sshd import Sshd, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 # On a host with real NVIDIA GPUs the agent samples them, and they sit idle under the fake benchmark.

@@ -10,7 +10,7 @@ import pytest
 from console.core.command_mode import Command, CommandError, Vocabulary, complete, completions, parse, targets
 from console.core.state import FleetState
 from console.inventory import Instance
-from tests.test_app import all_live, make_app, wait_until
+from tests.support.app import all_live, make_app, wait_until
 from widgets.command_bar import CommandBar
 from widgets.confirm_screen import ConfirmScreen
 from widgets.fleet_table import FleetTable

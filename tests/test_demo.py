@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pytest_asyncio
 from console.demo import DemoFleet, start_demo
 from console.link import SshLink
 from tests.recorder import Recorder
+from tests.support.wait import until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -93,6 +93,7 @@ async def test_fleet_records_point_at_the_demo_server(demo: Demo) -> None:
     assert len(set(demo.ports)) == 6
 
 
+@pytest.mark.slow
 async def test_hello_gpu_procs_and_logs_through_ssh(demo: Demo) -> None:
     rec = demo.rec
     for name in (HEALTHY, IDLE, SEED):
@@ -178,6 +179,7 @@ async def test_exec_channels_run_real_commands(demo: Demo) -> None:
     await demo.rec.wait_for(lambda: not sleepers(), 15, "the session's processes killed")
 
 
+@pytest.mark.slow
 async def test_diagnose_and_restart_the_seed_instance(demo: Demo) -> None:
     rec = demo.rec
     link = await demo.connected(SEED)
@@ -210,6 +212,7 @@ async def test_diagnose_and_restart_the_seed_instance(demo: Demo) -> None:
                        40, "the warmup passing after restart")
 
 
+@pytest.mark.slow
 async def test_flapping_host_drops_and_comes_back(demo: Demo) -> None:
     rec = demo.rec
     await demo.connected(FLAPPY)
@@ -231,10 +234,8 @@ async def test_stop_leaves_nothing_behind(demo: Demo) -> None:
     await asyncio.gather(*(link.stop() for link in demo.links.values()))
     demo.links.clear()
     await fleet.stop()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
-        await asyncio.sleep(0.1)
-    assert not [p for p in pids if _alive(p)], "scenario processes survived stop()"
+    await until(lambda: not [p for p in pids if _alive(p)], 10, "the scenario processes to exit after stop()",
+                detail=lambda: "survivors: %s" % [p for p in pids if _alive(p)])
     for port in demo.ports:
         with socket.socket() as s:
             assert s.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still open"

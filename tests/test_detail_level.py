@@ -23,18 +23,8 @@ from console.core.state import FleetState
 from console.inventory import BenchmarkSpec, Fleet
 from console.link import SshLink
 from console.ui.app import FleetApp
-from tests.conftest import ssh_instance
-from tests.sshd import Sshd
-
-
-async def _until(predicate: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        await asyncio.sleep(0.1)
-    raise AssertionError("timed out waiting for " + what)
+from tests.support.sshd import Sshd, ssh_instance
+from tests.support.wait import until
 
 
 @pytest.fixture
@@ -73,14 +63,14 @@ async def test_summary_level_over_sshd(sshd: Sshd, tmp_path: Path, bench_proc) -
     try:
         box = state.get("box1")
         assert box is not None
-        await _until(lambda: link.status == "connected" and box.bench_running and box.logs, 60, "the first frames")
+        await until(lambda: link.status == "connected" and box.bench_running and box.logs, 60, "the first frames")
         assert "detail" in box.hello["features"]["ops"]
 
         asked = time.monotonic()
         answer = await link.request("detail", {"level": "summary"}, timeout=30)
         assert answer["ok"] and answer["data"] == {"level": "summary"}
         t0 = time.monotonic() + 1.0  # the loop takes the level within a log interval; frames already on the way
-        await _until(lambda: time.monotonic() > t0, 5, "the level to settle")
+        await until(lambda: time.monotonic() > t0, 5, "the level to settle")
         with open(log, "a") as fh:
             for i in range(1, 31):
                 fh.write("missed %d\n" % i)
@@ -90,10 +80,10 @@ async def test_summary_level_over_sshd(sshd: Sshd, tmp_path: Path, bench_proc) -
                 assert box.status != "stale", box.status_detail
         # a GPU figure that moves beyond its threshold comes at once; the rest only every 5 s
         nvml_sim.write_state(str(gpu_state), {"gpus": [{"load": 95}]})
-        await _until(lambda: any(f["type"] == "gpu" and f["devices"][0].get("util", 0) > 90 for t, f in frames
-                                 if t > t0), 15, "the GPU frame of a moved figure")
+        await until(lambda: any(f["type"] == "gpu" and f["devices"][0].get("util", 0) > 90 for t, f in frames
+                                if t > t0), 15, "the GPU frame of a moved figure")
         t_move = time.monotonic()
-        await _until(lambda: time.monotonic() > t_move + 11, 20, "a quiet GPU for 11 s")
+        await until(lambda: time.monotonic() > t_move + 11, 20, "a quiet GPU for 11 s")
         for _ in range(3):
             state.tick()
             assert box.status != "stale"
@@ -109,7 +99,7 @@ async def test_summary_level_over_sshd(sshd: Sshd, tmp_path: Path, bench_proc) -
         # the benchmark goes down while off screen: the console knows within a summary period or two
         proc.kill()
         proc.wait()
-        await _until(lambda: box.bench_running is False, 30, "benchmark down at summary")
+        await until(lambda: box.bench_running is False, 30, "benchmark down at summary")
         assert box.status == "benchmark_down"
 
         # back to full: the missed lines arrive, numbered on from the ones before, and the whole tree
@@ -117,15 +107,15 @@ async def test_summary_level_over_sshd(sshd: Sshd, tmp_path: Path, bench_proc) -
         answer = await link.request("detail", {"level": "full"}, timeout=30)
         assert answer["data"] == {"level": "full"}
         ring = box.logs[str(log)]
-        await _until(lambda: ring.last is not None and ring.last[1] == "missed 30", 15, "the missed lines")
+        await until(lambda: ring.last is not None and ring.last[1] == "missed 30", 15, "the missed lines")
         assert [t for n, t in ring.lines if n] == ["boot 1", "boot 2"] + ["missed %d" % i for i in range(1, 31)]
         assert [n for n, _ in ring.lines] == list(range(1, 33))
-        await _until(lambda: any(f["type"] == "procs" and f.get("full") and not f.get("subset")
-                                 for t, f in frames if t > t1), 15, "the whole process tree")
+        await until(lambda: any(f["type"] == "procs" and f.get("full") and not f.get("subset")
+                                for t, f in frames if t > t1), 15, "the whole process tree")
         assert not box.procs_subset
         with open(log, "a") as fh:
             fh.write("live again\n")
-        await _until(lambda: ring.last is not None and ring.last[1] == "live again", 15, "live lines")
+        await until(lambda: ring.last is not None and ring.last[1] == "live again", 15, "live lines")
     finally:
         await link.stop()
 
@@ -173,8 +163,8 @@ async def test_off_screen_instances_go_to_summary_and_back(sshd: Sshd) -> None:
     state = controller.state
     async with app.run_test(size=(80, 16)) as pilot:
         try:
-            await _until(lambda: all(i.link_status == "connected" and i.gpus for i in state.instances.values()),
-                         120, "every instance connected")
+            await until(lambda: all(i.link_status == "connected" and i.gpus for i in state.instances.values()),
+                        120, "every instance connected")
             grid = app.grid
             tracker = app.detail
             assert tracker is not None
@@ -183,7 +173,7 @@ async def test_off_screen_instances_go_to_summary_and_back(sshd: Sshd) -> None:
                 shown = grid.on_screen_names()
                 return all((i.detail_level == "full") == (n in shown) for n, i in state.instances.items())
 
-            await _until(settled, 60, "the agents off screen at summary, the others at full")
+            await until(settled, 60, "the agents off screen at summary, the others at full")
             on_screen = grid.on_screen_names()
             off = [n for n in state.instances if n not in on_screen]
             assert on_screen and off, on_screen
@@ -193,19 +183,19 @@ async def test_off_screen_instances_go_to_summary_and_back(sshd: Sshd) -> None:
             assert asked <= len(state.instances) + 2, "one request per instance, not one per tick"
 
             await pilot.press("end")  # the last instances come into view
-            await _until(lambda: set(grid.on_screen_names()) != set(on_screen), 15, "the grid to scroll")
+            await until(lambda: set(grid.on_screen_names()) != set(on_screen), 15, "the grid to scroll")
             shown = [n for n in grid.on_screen_names() if n in off]
             assert shown
-            await _until(lambda: all(tracker.level(n) == "full" for n in shown), 5, "full asked at once")
-            await _until(lambda: all(state.instances[n].detail_level == "full" for n in shown), 30,
-                         "the agents shown at full")
+            await until(lambda: all(tracker.level(n) == "full" for n in shown), 5, "full asked at once")
+            await until(lambda: all(state.instances[n].detail_level == "full" for n in shown), 30,
+                        "the agents shown at full")
             gone = [n for n in on_screen if n not in grid.on_screen_names()]
             assert gone
-            await _until(lambda: all(state.instances[n].detail_level == "summary" for n in gone), 30,
-                         "the agents scrolled away at summary (after %g s)" % SUMMARY_AFTER)
+            await until(lambda: all(state.instances[n].detail_level == "summary" for n in gone), 30,
+                        "the agents scrolled away at summary (after %g s)" % SUMMARY_AFTER)
 
             await pilot.press("enter")  # the instance screen opens: it is full whatever the grid shows
-            await _until(lambda: tracker.level(grid.cursor_name or "") == "full", 5, "the opened one at full")
+            await until(lambda: tracker.level(grid.cursor_name or "") == "full", 5, "the opened one at full")
         finally:
             await controller.stop()
 

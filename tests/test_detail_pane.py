@@ -11,7 +11,8 @@ import pytest
 
 from console.core.state import FleetState
 from console.inventory import Instance
-from tests.test_app import all_live, make_app, wait_until
+from tests.support import frames
+from tests.support.app import all_live, make_app, wait_until
 from themes import THEMES
 from widgets.detail_pane import MIN_COLUMNS, DetailPane, detail_lines, pane_width
 from widgets.fleet_table import FleetTable
@@ -29,15 +30,14 @@ def fed_state(now: float, lines: list) -> FleetState:
     state = FleetState(clock=lambda: now)
     state.add_instance(Instance(name="box-1", host="10.0.0.1", port=2222, user="root", tags=("3090",)))
     state.set_link_status("box-1", "connected")
-    state.apply_frame("box-1", {"type": "hello", "ts": now, "v": 1, "pid": 1}, now)
+    state.apply_frame("box-1", frames.hello(now, pid=1), now)
     devices = [
         {"index": i, "name": "NVIDIA GeForce RTX 3090", "util": 90, "mem_used": 12 << 30, "mem_total": 24 << 30,
          "temp": 70 + i, "power": 300.0, "procs": []}
         for i in range(3)
     ]
-    state.apply_frame("box-1", {"type": "gpu", "ts": now, "state": "ok", "full": True, "devices": devices}, now)
-    state.apply_frame("box-1", {"type": "log", "ts": now, "path": "/tmp/bench.log", "first_line": 1,
-                                "lines": lines, "backlog": False, "event": None}, now)
+    state.apply_frame("box-1", frames.gpu(devices, now), now)
+    state.apply_frame("box-1", frames.log(lines, now, path="/tmp/bench.log"), now)
     return state
 
 

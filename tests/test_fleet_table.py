@@ -11,7 +11,8 @@ import pytest
 
 from console.core.state import FleetState
 from console.inventory import Instance
-from tests.test_app import all_live, make_app, screen_text, wait_until
+from tests.support import frames
+from tests.support.app import all_live, make_app, screen_text, wait_until
 from themes import THEMES, load_settings
 from widgets.fleet_grid import FleetGrid
 from widgets.fleet_table import FleetTable, layout, row_line, row_values, sort_names
@@ -31,16 +32,15 @@ def fed_state(now: float) -> FleetState:
     for name, util, temp in (("b-box", 90, 70), ("a-box", 10, 88), ("c-box", None, None)):
         state.add_instance(Instance(name=name, host="h-" + name))
         state.set_link_status(name, "connected")
-        state.apply_frame(name, {"type": "hello", "ts": now, "v": 1, "pid": 1}, now)
+        state.apply_frame(name, frames.hello(now, pid=1), now)
         if util is not None:
             devices = [
                 {"index": i, "name": "NVIDIA GeForce RTX 3090", "util": util if i else 0, "mem_used": 12 << 30,
                  "mem_total": 24 << 30, "temp": temp - i, "power": 300.0, "procs": []}
                 for i in range(2)
             ]
-            state.apply_frame(name, {"type": "gpu", "ts": now, "state": "ok", "full": True, "devices": devices}, now)
-            state.apply_frame(name, {"type": "log", "ts": now, "path": "/tmp/b.log", "first_line": 1,
-                                     "lines": ["proof 7 done"], "backlog": False, "event": None}, now - 30)
+            state.apply_frame(name, frames.gpu(devices, now), now)
+            state.apply_frame(name, frames.log(["proof 7 done"], now, path="/tmp/b.log"), now - 30)
     return state
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from textual.widgets._footer import FooterKey
 
-from tests.test_app import make_app, wait_until
+from tests.support.app import make_app, wait_until
 from widgets.footer import Footer
 from widgets.instance_screen import InstanceScreen
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -21,11 +20,11 @@ import pytest
 from console.core.state import FleetState
 from console.inventory import Instance
 from console.link import SshLink
-from tests.conftest import ssh_instance
 from tests.fakes import nvml
 from tests.fakes.nvml import FakeNvml
 from tests.recorder import Recorder
-from tests.sshd import Sshd, find_sshd
+from tests.support.sshd import Sshd, find_sshd, ssh_instance
+from tests.support.wait import until_sync
 
 pytest_plugins = ["tests.fakes.conftest_plugin"]
 
@@ -74,23 +73,13 @@ class NamespacedSshd(Sshd):
             stderr=open(self.dir / "sshd.log", "ab"),  # noqa: SIM115 (closed by the child's exit)
             start_new_session=True,
         )
-        deadline = time.monotonic() + 15
-        import socket
-
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"sshd exited: {(self.dir / 'sshd.log').read_text()[-500:]}")
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            time.sleep(0.05)
-        raise RuntimeError("sshd did not start listening")
+        self.wait_listening()
 
 
 def ns_pids(argv_tail: str) -> tuple[int, int]:
     """(host pid, namespace pid) of the process running ``sleep ARGV_TAIL`` in a nested PID namespace."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+
+    def found() -> tuple[int, int] | None:
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
@@ -103,8 +92,9 @@ def ns_pids(argv_tail: str) -> tuple[int, int]:
             for line in status.splitlines():
                 if line.startswith("NSpid:") and len(line.split()) == 3:
                     return int(line.split()[1]), int(line.split()[2])
-        time.sleep(0.05)
-    raise AssertionError(f"no `sleep {argv_tail}` in a nested PID namespace")
+        return None
+
+    return until_sync(found, 10, f"`sleep {argv_tail}` in a nested PID namespace", interval=0.05)
 
 
 @pytest.fixture

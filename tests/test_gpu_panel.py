@@ -16,6 +16,7 @@ from rich.text import Text
 
 from console.core.state import FleetState, InstanceState
 from console.inventory import Instance
+from tests.support import frames
 from widgets.gpu_chart import chart_columns, chart_lines, gaps, time_axis
 from widgets.gpu_panel import LEVELS, RowLayout, gpu_detail, gpu_row, gpu_tab_lines, level_style
 
@@ -48,7 +49,7 @@ def fed(count: int = 8, seconds: int = 120, skip: range = range(0), per_gpu: Any
             continue
         t = NOW - seconds + k + 1
         devices = [device(i, t, k == 0, **(per_gpu(i, k) if per_gpu else {})) for i in range(count)]
-        state.apply_frame("box", {"type": "gpu", "ts": t, "state": "ok", "full": k == 0, "devices": devices}, now=t)
+        state.apply_frame("box", frames.gpu(devices, t, full=k == 0), now=t)
     return state.get("box")
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_app import all_live, make_app, screen_text, wait_until
+from tests.support.app import all_live, make_app, screen_text, wait_until
 from widgets.detail_pane import DetailPane
 from widgets.fleet_grid import FleetGrid
 from widgets.render import changed_runs
@@ -131,7 +131,7 @@ async def test_a_large_fleet_repaints_at_2_hz_but_the_cursor_and_an_open_instanc
     at once, and an open instance whose figures changed is painted at the next frame. (Three live agents stand
     for the large fleet: the threshold is lowered to two once the small fleet's frame rate was seen.)"""
     import console.ui.app as app_mod
-    from tests.test_app import open_screen
+    from tests.support.app import open_screen
 
     app = make_app(tmp_path, gpus=2)
     async with app.run_test(size=(200, 60)) as pilot:

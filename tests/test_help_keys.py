@@ -12,7 +12,7 @@ import pytest
 from textual.widgets._footer import FooterKey
 
 from console.ui.app import FleetApp
-from tests.test_app import all_live, make_app, screen_text, wait_until
+from tests.support.app import all_live, make_app, screen_text, wait_until
 from widgets.fleet_table import FleetTable
 from widgets.help_screen import KEY_W, HelpScreen
 from widgets.instance_screen import InstanceScreen

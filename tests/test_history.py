@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from console.monitor.history import History, HistoryReader, pack_gpus, parse_since, unpack_gpus
-from tests.sshd import Sshd
+from tests.support.sshd import Sshd
+from tests.support.wait import until_sync
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,10 +34,13 @@ def serve_until(tmp_path: Path, fleet: Path, pattern: str, timeout: float = 60) 
                                 stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, env=env(tmp_path),
                                 cwd=tmp_path)
         try:
-            deadline = time.monotonic() + timeout
-            while not re.search(pattern, log.read_text()):
-                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-                time.sleep(0.2)
+            def logged() -> bool:
+                if re.search(pattern, log.read_text()):
+                    return True
+                assert proc.poll() is None, log.read_text()
+                return False
+
+            until_sync(logged, timeout, f"{pattern!r} in serve's log", interval=0.2, detail=log.read_text)
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=30) == 0
         finally:
@@ -116,6 +120,7 @@ def test_flaps_are_recorded_once_per_episode(tmp_path: Path) -> None:
     r.close()
 
 
+@pytest.mark.slow
 def test_bounded_by_age_and_size(tmp_path: Path) -> None:
     path = tmp_path / "h.sqlite3"
     now = [1_700_000_000.0]

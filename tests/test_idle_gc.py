@@ -10,7 +10,8 @@ from pathlib import Path
 
 from console.ui.app import FREEZE_AFTER
 from console.ui.idle_gc import MAX_GAP, MIN_GAP, QUIET, IdleCollector
-from tests.test_app import make_app
+from tests.support.app import make_app
+from tests.support.wait import until
 
 
 class Cycle:
@@ -101,8 +102,6 @@ async def test_the_app_holds_full_collections_while_keys_come_and_gives_the_coll
             await pilot.press("down" if int(time.monotonic() * 4) % 2 else "up")
             await pilot.pause(0.2)
             assert ref() is not None, "a full collection ran between keys 0.2 s apart"
-        deadline = time.monotonic() + QUIET + 5.0
-        while ref() is not None and time.monotonic() < deadline:
-            await pilot.pause(0.2)
-        assert ref() is None, "no full collection in a pause of the keys"
+        await until(lambda: ref() is None, QUIET + 5.0, "a full collection in a pause of the keys", interval=0.2,
+                    sleep=pilot.pause)
     assert gc.get_threshold() == before

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.incidents import Outcome, load_incidents, read_baseline, run_corpus, score, table
-from tests.sshd import find_sshd
+from tests.support.sshd import find_sshd
 
 pytestmark = [
     pytest.mark.skipif(find_sshd() is None, reason="sshd not installed (make test installs it)"),

@@ -9,9 +9,8 @@ from pathlib import Path
 import asyncssh
 
 from console.link import LocalLink, SshLink, make_link
-from tests.conftest import ssh_instance
 from tests.recorder import Recorder
-from tests.sshd import Sshd, free_port
+from tests.support.sshd import Sshd, free_port, ssh_instance
 
 FAST = {"heartbeat_interval": 0.5, "interval": 0.5}
 

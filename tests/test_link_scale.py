@@ -13,11 +13,10 @@ import pytest
 
 from console.link import SshLink
 from console.link.pace import ConnectLimiter, DropRecord
-from tests.conftest import ssh_instance
 from tests.faultproxy import FaultProxy
 from tests.hostile import fake_python
 from tests.recorder import Recorder
-from tests.sshd import Sshd
+from tests.support.sshd import Sshd, ssh_instance
 
 FAST = {"heartbeat_interval": 0.5, "interval": 0.5}
 

@@ -18,9 +18,8 @@ from console.core.controller import FleetController
 from console.inventory import Fleet
 from console.link.hostkeys import fingerprint
 from console.link.shards import SHARD_FROM, ShardedLink, worker_count
-from tests.conftest import ssh_instance
 from tests.recorder import Recorder
-from tests.sshd import Sshd
+from tests.support.sshd import Sshd, ssh_instance
 
 
 @pytest.fixture

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -17,9 +16,8 @@ from console.core.audit import AuditLog
 from console.core.controller import FleetController
 from console.inventory import BenchmarkSpec, Fleet
 from console.ui.app import FleetApp
-from tests.conftest import ssh_instance
-from tests.sshd import Sshd
-from tests.test_app import make_fleet, open_screen, screen_text, wait_until
+from tests.support.app import make_fleet, open_screen, screen_text, wait_until
+from tests.support.sshd import Sshd, ssh_instance
 from widgets.evidence_view import EvidenceView
 from widgets.log_grep import GrepScreen
 from widgets.log_view import ERROR_STYLE, WARN_STYLE, LogView, line_style
@@ -35,16 +33,6 @@ def config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 # -- the agent ops over a real sshd ----------------------------------------------------------------------
-async def until(predicate: Callable[[], Any], timeout: float = 60.0) -> None:
-    import asyncio
-
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        await asyncio.sleep(0.1)
-
-
 async def test_read_and_grep_over_sshd_bounded_and_refusing_other_files(sshd: Sshd, tmp_path: Path) -> None:
     logs_dir = tmp_path / "logs"
     logs_dir.mkdir()

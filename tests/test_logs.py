@@ -12,6 +12,7 @@ import pytest
 from console.agent.sample import logs as logs_mod
 from console.agent.sample.logs import LogFollower
 from console.agent.wire import loglines
+from tests.support.wait import until_sync
 
 FIXTURE = Path("/work/shared/fixtures/seed-warmup-broken-pipe/tmp")
 if not FIXTURE.exists():
@@ -116,11 +117,7 @@ def test_partial_waits_two_seconds(tmp_path):
     follower.poll()
     _append(log, "no newline yet")
     assert follower.poll() == []
-    deadline = time.monotonic() + 15
-    frames = []
-    while not frames and time.monotonic() < deadline:
-        time.sleep(0.3)
-        frames = follower.poll()
+    frames = until_sync(follower.poll, 15, "the held partial line sent", interval=0.3)
     assert frames and frames[0]["partial"] and frames[0]["lines"] == ["no newline yet"]
 
 

@@ -24,7 +24,7 @@ from mcp.client.streamable_http import streamable_http_client
 from console.mcp import safe
 from console.mcp.tools import log_command, parse_log_output
 from tests.fixtures.chains.harness import Harness, alive, wait_for
-from tests.sshd import Sshd, free_port
+from tests.support.sshd import Sshd, free_port
 from tests.test_cli_over_sshd import ROOT, audit_records, instance_table, write_fleet
 
 TOOLS = {"fleet_status", "instance_detail", "diagnose", "read_log", "run_probe", "restart"}
@@ -287,6 +287,7 @@ async def test_read_only_wins_over_allow_restart(sshd: Sshd, chains: Harness, tm
 
 
 # -- the demo: an assistant-like script does the seed's hunt ------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 async def test_an_assistant_does_the_seed_hunt_on_the_demo_in_four_calls(tmp_path: Path) -> None:
     async with mcp_session(tmp_path, None, "--demo", "--instances", "4") as session:

@@ -18,7 +18,7 @@ import pytest
 from textual._styles_cache import StylesCache
 from textual.widget import Widget
 
-from tests.test_app import make_app, wait_until
+from tests.support.app import make_app, wait_until
 from widgets.instance_screen import InstanceScreen
 
 WARMUP, MEASURED = 3, 10

@@ -11,11 +11,10 @@ from typing import Any
 import pytest
 
 from console.link import SshLink
-from tests.conftest import ssh_instance
 from tests.fakes import nvml
 from tests.fakes.nvml import FakeNvml, device, state
 from tests.recorder import Recorder
-from tests.sshd import Sshd
+from tests.support.sshd import Sshd, ssh_instance
 
 pytest_plugins = ["tests.fakes.conftest_plugin"]
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import ctypes
 import inspect
 import subprocess
-import time
 
 import pynvml
 import pytest
 
 from console.agent.sample import nvml_sim
+from tests.support.wait import until_sync
 
 
 def _public_nvml_names():
@@ -105,10 +105,8 @@ def test_processes_dead_pids_dropped(sim):
     finally:
         child.kill()
         child.wait()
-    deadline = time.monotonic() + 10
-    while nvml_sim.nvmlDeviceGetComputeRunningProcesses_v3(h) and time.monotonic() < deadline:
-        time.sleep(0.1)  # liveness is re-checked at most every 0.5 s
-    assert nvml_sim.nvmlDeviceGetComputeRunningProcesses_v3(h) == []
+    # liveness is re-checked at most every 0.5 s
+    until_sync(lambda: nvml_sim.nvmlDeviceGetComputeRunningProcesses_v3(h) == [], 10, "the killed child gone")
 
 
 def test_scripted_failures(sim):

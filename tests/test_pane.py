@@ -10,6 +10,7 @@ from textual.strip import Strip
 
 from console.core.state import FleetState, InstanceState
 from console.inventory import BenchmarkSpec, Instance
+from tests.support import frames
 from themes import DARK, LIGHT
 from widgets.palette import Palette
 from widgets.pane import MAX_GPU_LINES, pane_height, pane_strips
@@ -70,7 +71,7 @@ def live(name: str = "gpu-box", gpus: int = 2, **extra: Any) -> tuple[FleetState
     state.set_link_status(name, "connected", "")
     state.apply_frame(name, {"type": "hello", "ts": 0, "v": 1, "pid": 4242, "features": {"gpu": "ok"}})
     state.apply_frame(name, gpu_frame([40, 50, 60, 70, 80, 90, 30, 20, 10, 5][:gpus], full=True))
-    state.apply_frame(name, {"type": "procs", "ts": 0, "full": True, "procs": [proc(31337, gpu_mem=12 * GIB)]})
+    state.apply_frame(name, frames.procs([proc(31337, gpu_mem=12 * GIB)]))
     log = {"type": "log", "ts": 0, "path": "/tmp/bench.log", "lines": ["step 120 loss 0.93"], "first_line": 1}
     state.apply_frame(name, dict(log, backlog=False, event=None))
     return state, state.instances[name], clock
@@ -183,7 +184,7 @@ def test_a_failed_diagnosis_puts_the_verdict_on_the_second_line_in_the_error_col
 
 def test_no_benchmark_process_reads_bench_down_with_its_reason() -> None:
     state, inst, clock = live(benchmark=BenchmarkSpec(match=(r"bench\.py",)))
-    state.apply_frame("gpu-box", {"type": "procs", "ts": 0, "full": False, "upsert": [], "gone": [31337]})
+    state.apply_frame("gpu-box", frames.procs_delta([], [31337]))
     lines = texts(render(inst, 80, True, clock.now))
     assert " BENCH DOWN " in lines[0]
     assert lines[1].startswith("  no benchmark process running")
@@ -272,7 +273,7 @@ def benchmark_box() -> tuple[FleetState, InstanceState, Clock]:
     """A live instance whose benchmark (bench.py, started 100 s ago on the host's clock) got a failing verdict."""
     state, inst, clock = live(benchmark=BenchmarkSpec(match=(r"bench\.py",), log="/tmp/bench.log"))
     old = dict(proc(31337, gpu_mem=12 * GIB), start=clock.now - 100)
-    state.apply_frame("gpu-box", {"type": "procs", "ts": clock.now, "full": True, "procs": [old]})
+    state.apply_frame("gpu-box", frames.procs([old], clock.now))
     state.set_diagnosis("gpu-box", {"verdict": FAILING_VERDICT, "findings": [], "steps": []})
     assert inst.status == "failed"
     return state, inst, clock
@@ -285,7 +286,7 @@ def test_a_restart_clears_the_verdict_and_the_pane_says_restarted_until_the_next
     assert inst.status != "failed" and "transport error" not in inst.status_detail
     assert state.totals()["failed"] == 0
     clock.now += 40
-    state.apply_frame("gpu-box", {"type": "heartbeat", "ts": 0, "seq": 9, "samples": 9, "sent": 0})
+    state.apply_frame("gpu-box", frames.heartbeat(seq=9, samples=9, sent=0))
     state.tick()
     lines = texts(render(inst, 80, True, clock.now))
     assert " FAILED " not in lines[0] and "restarted 40s ago" in "\n".join(lines)
@@ -299,7 +300,7 @@ def test_a_verdict_stops_counting_once_the_benchmark_processes_started_after_it(
     state, inst, clock = benchmark_box()
     clock.now += 30
     new = dict(proc(40001, gpu_mem=12 * GIB), start=clock.now - 2)  # restarted by someone else
-    state.apply_frame("gpu-box", {"type": "procs", "ts": clock.now, "full": False, "upsert": [new], "gone": [31337]})
+    state.apply_frame("gpu-box", frames.procs_delta([new], [31337], ts=clock.now))
     assert inst.status == "ok"
     assert inst.diagnosis is not None  # kept for the Diagnosis tab, no longer counted
 
@@ -308,12 +309,12 @@ def test_a_verdict_read_before_a_restart_does_not_count_when_it_arrives_after_it
     diagnosis ran: the verdict arrives after the new process is seen and is history at once (a status stuck at
     "benchmark down" with the benchmark up was the race)."""
     state, inst, clock = live(benchmark=BenchmarkSpec(match=(r"bench\.py",), log="/tmp/bench.log"))
-    state.apply_frame("gpu-box", {"type": "procs", "ts": clock.now, "full": True, "procs": []})
+    state.apply_frame("gpu-box", frames.procs([], clock.now))
     assert inst.status == "benchmark_down"
     facts_at = clock.now + 0.5  # the host's clock, like the process's start
     clock.now += 1.0
     new = dict(proc(40001, gpu_mem=12 * GIB), start=facts_at + 0.2)
-    state.apply_frame("gpu-box", {"type": "procs", "ts": clock.now, "full": False, "upsert": [new], "gone": []})
+    state.apply_frame("gpu-box", frames.procs_delta([new], [], ts=clock.now))
     assert inst.status == "ok"
     clock.now += 1.0
     down = {"code": "benchmark_not_running", "severity": "warning", "summary": "no benchmark process is running"}

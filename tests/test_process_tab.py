@@ -19,9 +19,8 @@ from console.core.audit import AuditLog
 from console.core.controller import FleetController
 from console.inventory import BenchmarkSpec, Fleet
 from console.ui.app import FleetApp
-from tests.conftest import ssh_instance
-from tests.sshd import Sshd
-from tests.test_app import screen_text, wait_until
+from tests.support.app import screen_text, wait_until
+from tests.support.sshd import Sshd, ssh_instance
 from widgets.confirm_screen import ConfirmScreen
 from widgets.instance_screen import InstanceScreen
 from widgets.process_tree import COLS_WIDTH, ProcessTree

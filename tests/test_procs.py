@@ -17,6 +17,7 @@ from console.agent.sample import procfs, procreader
 from console.agent.sample import procs as procs_mod
 from console.agent.sample.procfs import read_wchan
 from console.agent.sample.procs import ProcSampler, read_process_table
+from tests.support.wait import until_sync
 
 BACKENDS = ["psutil", "proc"]
 FIELDS = {"pid", "ppid", "name", "cmdline", "state", "wchan", "cpu", "rss", "start", "gpu_mem"}
@@ -42,14 +43,8 @@ def children():
 
 
 def _until(fn, timeout=20.0, step=0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met within %.0f s" % timeout)
-        time.sleep(step)
+    """``until_sync`` at this file's pace (predicates here often sample, so the pace is part of the test)."""
+    return until_sync(fn, timeout, interval=step)
 
 
 def _apply(table, frame):
@@ -104,6 +99,7 @@ def test_full_tree_then_changes(backend, children):
     assert sampler.sample({})["full"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_stopped_state_and_gpu_mem(backend, children):
     child = children(["sleep", "300"])
@@ -120,6 +116,7 @@ def test_stopped_state_and_gpu_mem(backend, children):
     assert frame["upsert"][0]["gpu_mem"] == 123456
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_cpu_percent_from_deltas(backend, children):
     busy = children([sys.executable, "-c", "while True: pass"])
@@ -179,6 +176,7 @@ def test_waiting_parent_wchan(children):
     assert wchan is None or wchan in ("do_wait", "kernel_wait4", "do_sys_wait4") or "wait" in wchan
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_exec_updates_name_and_cmdline(backend, children):
     child = children(["sh", "-c", "read x; exec sleep 300"], stdin=subprocess.PIPE)
@@ -367,6 +365,7 @@ def _readings(sampler, pid, seconds, pace=0.02):
     return out
 
 
+@pytest.mark.slow
 def test_a_process_idle_for_long_is_read_less_often(children, monkeypatch):
     monkeypatch.setattr(procs_mod, "HOT_NEW", 0.0)
     monkeypatch.setattr(procs_mod, "COLD_PERIOD", 0.25)
@@ -456,6 +455,7 @@ def test_pid_2_in_a_pid_namespace_is_a_process_not_a_kernel_thread():
 GROW_ON_INPUT = "import sys; sys.stdin.readline(); block = bytearray(64 << 20); sys.stdin.readline()"
 
 
+@pytest.mark.slow
 def test_a_process_that_did_not_run_is_read_through_schedstat_and_changes_still_show(children, monkeypatch):
     grower = children([sys.executable, "-c", GROW_ON_INPUT], stdin=subprocess.PIPE)
     sleeper = children(["sleep", "300"])

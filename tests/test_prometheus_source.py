@@ -25,6 +25,7 @@ from console.inventory import Instance, load_fleet
 from console.inventory.errors import ConfigError
 from console.inventory.records import SourceSpec
 from console.sources.prometheus import PrometheusSource
+from tests.support.wait import until_sync
 
 PROMETHEUS = shutil.which("prometheus")
 HOSTS, GPUS = 3, 8
@@ -126,21 +127,22 @@ def prometheus(tmp_path: Path):
     exporter = Exporter(exposition())
     proc, url = start_prometheus(tmp_path, [exporter.port])
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # until the first scrape is in
+
+        def scraped() -> bool:  # the first scrape is in
             with contextlib.suppress(httpx2.HTTPError, ValueError):
                 r = httpx2.get(url + "/api/v1/query", params={"query": "DCGM_FI_DEV_GPU_UTIL"}, timeout=2)
-                if len(r.json()["data"]["result"]) == HOSTS * GPUS:
-                    break
-            time.sleep(0.3)
-        else:
-            pytest.fail("prometheus did not scrape the exporter: " + (tmp_path / "prometheus.log").read_text()[-800:])
+                return len(r.json()["data"]["result"]) == HOSTS * GPUS
+            return False
+
+        until_sync(scraped, 60, "prometheus to scrape the exporter", interval=0.3,
+                   detail=lambda: (tmp_path / "prometheus.log").read_text()[-800:])
         yield url
     finally:
         stop(proc)
         exporter.close()
 
 
+@pytest.mark.slow
 async def test_prometheus_fills_gpu_panes_matched_and_prometheus_only(prometheus: str) -> None:
     state = FleetState()
     state.add_instance(Instance(name="gpu-node-0000", host="10.0.0.5"))  # matched by name

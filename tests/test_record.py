@@ -11,9 +11,12 @@ from typing import Any
 
 from console.inventory import BenchmarkSpec, Fleet
 from console.monitor.monitoring import MonitoredController, Monitoring
-from console.monitor.record import ReplaySource, make_replay_app, read_records
+from console.monitor.record import read_records
+from console.monitor.replay import ReplaySource
+from console.ui.replay import make_replay_app
 from tests.support.sshd import Sshd, ssh_instance
-from tests.test_serve import bench_process, simulated, until  # noqa: F401 (a fixture)
+from tests.support.wait import until, until_sync
+from tests.test_serve import bench_process, simulated, statuses  # noqa: F401 (a fixture)
 
 
 async def record_a_failure(sshd: Sshd, tmp_path: Path, bench: Any) -> tuple[Path, list[tuple[str, str, str]]]:
@@ -38,12 +41,12 @@ async def record_a_failure(sshd: Sshd, tmp_path: Path, bench: Any) -> tuple[Path
     try:
         box = controller.state.instances["box1"]
         state = controller.state  # (a timeout names what each instance showed)
-        await until(lambda: box.status == "ok" and box.bench_running and len(box.gpus) == 2, state=state)
+        await until(lambda: box.status == "ok" and box.bench_running and len(box.gpus) == 2, detail=statuses(state))
         proc.kill()
         proc.wait()
-        await until(lambda: box.status == "benchmark_down", state=state)
+        await until(lambda: box.status == "benchmark_down", detail=statuses(state))
         again = subprocess.Popen(argv)
-        await until(lambda: box.status == "ok", state=state)
+        await until(lambda: box.status == "ok", detail=statuses(state))
         await asyncio.sleep(1.5)
     finally:
         await controller.stop()
@@ -117,7 +120,6 @@ def test_the_demo_records_itself(tmp_path: Path) -> None:
     """``fleet-console demo --record FILE`` in a real terminal (tmux) for a few seconds, quit with q: the replay
     of the file has the demo's instances with their data and statuses."""
     import sys
-    import time
 
     from tests.support.tmux import Tmux
 
@@ -135,15 +137,10 @@ def test_the_demo_records_itself(tmp_path: Path) -> None:
                 return set()
             return {r["n"] for r in read_records(path) if r.get("k") == "frame" and r["f"].get("type") == "gpu"}
 
-        deadline = time.monotonic() + 60
-        while recorded() != {"healthy-01", "idle-02"}:
-            assert time.monotonic() < deadline, f"GPU frames recorded for {recorded()} only:\n{term.screen()}"
-            time.sleep(0.5)
+        until_sync(lambda: recorded() == {"healthy-01", "idle-02"}, 60, "GPU frames of both instances in the file",
+                   interval=0.5, detail=lambda: f"GPU frames recorded for {recorded()} only:\n{term.screen()}")
         term.keys("q")
-        deadline = time.monotonic() + 30
-        while not term.pane_dead() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert term.pane_dead(), "q quits the demo"
+        term.wait_dead(30, "q to quit the demo")
     finally:
         term.close()
     source = ReplaySource(path)

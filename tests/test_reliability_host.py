@@ -22,10 +22,9 @@ from console.core.state import FleetState
 from console.inventory import BenchmarkSpec
 from console.link import SshLink
 from console.link.bundle import agent_bundle
-from tests.conftest import ssh_instance
 from tests.hostile import fake_python
 from tests.recorder import Recorder
-from tests.sshd import Sshd
+from tests.support.sshd import Sshd, ssh_instance
 
 FAST = {"heartbeat_interval": 0.5, "interval": 0.5}
 NOBODY = 65534

@@ -20,11 +20,10 @@ from console.core.controller import FleetController
 from console.core.state import GAP_MARKER, FleetState
 from console.inventory import BenchmarkSpec, Fleet
 from console.link import SshLink
-from tests.conftest import ssh_instance
 from tests.faultproxy import FaultProxy
 from tests.hostile import fake_python
 from tests.recorder import Recorder
-from tests.sshd import Sshd
+from tests.support.sshd import Sshd, ssh_instance
 
 FAST = {"heartbeat_interval": 0.5, "interval": 0.5}
 

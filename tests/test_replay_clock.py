@@ -13,7 +13,10 @@ from typing import Any
 
 from console.core.observed import ObservedState
 from console.inventory import BenchmarkSpec, Fleet, Instance
-from console.monitor.record import Recorder, ReplaySource, make_replay_app
+from console.monitor.record import Recorder
+from console.monitor.replay import ReplaySource
+from console.ui.replay import make_replay_app
+from tests.support import wait
 
 HOST_AHEAD = 7.0  # the recorded host's clock runs this far ahead of the console's
 BENCH_DOWN = (20, 30)  # seconds into the recording the benchmark is gone
@@ -85,11 +88,9 @@ async def test_a_replay_of_an_hour_ago_shows_the_ages_of_then(tmp_path: Path) ->
     source = ReplaySource(path, start_at=15.0)
     app = make_replay_app(source)
 
-    async def until(pred: Any, what: str, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not pred():
-            assert time.monotonic() < deadline, f"timed out: {what} (offset {source.offset:.1f})"
-            await pilot.pause(0.05)
+    async def until(pred: Any, what: str, timeout: float = 30.0) -> None:  # the replay's offset said on a time-out
+        await wait.until(pred, timeout, what, interval=0.05, sleep=pilot.pause,
+                         detail=lambda: f"(offset {source.offset:.1f})")
 
     def box() -> Any:
         return source.state.instances["box1"]
@@ -157,7 +158,7 @@ def snapshot(obj: Any, path: str = "", out: dict[str, Any] | None = None, depth:
 
 def test_a_shifted_state_is_the_state_fed_shifted(tmp_path: Path) -> None:
     """Moving a replayed state's times (pause, speed, seek) leaves it as if it had been fed at the new shift: a
-    time field added to InstanceState that ``console.monitor.record.shift_instance`` does not move shows here
+    time field added to InstanceState that ``console.monitor.replay.shift_instance`` does not move shows here
     by name."""
     path = tmp_path / "old.jsonl.gz"
     start = float(int(time.time()) - 3600)

@@ -11,9 +11,8 @@ import secrets
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from console.inventory import BenchmarkSpec, Fleet
 from console.monitor.monitoring import MonitoredController, Monitoring
+from tests.support import frames
 from tests.support.sshd import Sshd, ssh_instance
+from tests.support.wait import until, until_sync
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1024 * 1024
@@ -69,13 +70,9 @@ def simulated(pid: int) -> dict:
     }}}
 
 
-async def until(pred, timeout: float = 30.0, state=None) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            seen = {n: (i.status, i.status_detail, i.link_status) for n, i in state.instances.items()} if state else ""
-            raise AssertionError(f"timed out {seen}")
-        await asyncio.sleep(0.1)
+def statuses(state: Any) -> Callable[[], object]:
+    """``until``'s detail on a time-out: each instance's (status, detail, link status)."""
+    return lambda: {n: (i.status, i.status_detail, i.link_status) for n, i in state.instances.items()}
 
 
 async def test_metrics_on_an_sshd_fleet_match_the_state(sshd: Sshd, tmp_path: Path, bench_process) -> None:
@@ -91,7 +88,7 @@ async def test_metrics_on_an_sshd_fleet_match_the_state(sshd: Sshd, tmp_path: Pa
         state = controller.state
         box = state.instances["box1"]
         await until(lambda: box.status == "ok" and len(box.gpus) == 2 and box.bench_running
-                    and state.instances["gone"].status == "unreachable", state=state)
+                    and state.instances["gone"].status == "unreachable", detail=statuses(state))
         await until(lambda: all(g.sample.get("procs") is not None for g in box.gpus.values()))
         url = monitoring.server.url
         samples = await asyncio.to_thread(scrape, url)
@@ -152,23 +149,20 @@ def test_serve_demo_metrics_and_sigterm(tmp_path: Path) -> None:
                              "--metrics-port", "0", "--record", str(tmp_path / "rec.gz")],
                             stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=tmp_path)
     try:
-        url = None
-        deadline = time.monotonic() + 60
-        samples: dict = {}
-        while time.monotonic() < deadline:
+        def up() -> dict | None:  # the scrape once both instances are up with GPUs
             text = (tmp_path / "serve.err").read_text()
             m = re.search(r"metrics on (http://127\.0\.0\.1:\d+/metrics)", text)
             if m:
-                url = m.group(1)
-                samples = scrape(url)
+                samples = scrape(m.group(1))
                 ups = pick(samples, "fleet_instance_up")
                 gpus = pick(samples, "fleet_gpu_utilization_percent")
                 if len(ups) == 2 and all(ups) and gpus:
-                    break
+                    return samples
             assert proc.poll() is None, text
-            time.sleep(0.5)
-        else:
-            pytest.fail("serve --demo never showed 2 instances up with GPUs:\n" + (tmp_path / "serve.err").read_text())
+            return None
+
+        samples = until_sync(up, 60, "serve --demo to show 2 instances up with GPUs", interval=0.5,
+                             detail=(tmp_path / "serve.err").read_text)
         from console.core.status import STATUSES
 
         assert len(pick(samples, "fleet_instance_status")) == 2 * len(STATUSES)  # a series per status and instance
@@ -202,10 +196,10 @@ def test_the_fast_text_is_what_prometheus_client_writes(tmp_path: Path) -> None:
         name = f'b"x\\{n}'  # escaping
         state.add_instance(Instance(name=name, host="h", tags=("a", "b")))
         state.set_link_status(name, "connected", "")
-        state.apply_frame(name, {"type": "gpu", "ts": 1.0, "state": "ok", "full": True, "devices": [
+        state.apply_frame(name, frames.gpu([
             {"index": 0, "util": 7, "mem_used": 5, "mem_total": 10, "temp": 50, "power": 99.5, "name": "G\nX",
              "uuid": "GPU-1", "lost": False, "error": None, "procs": []},
-            {"index": 1, "lost": True, "error": "gone", "procs": []}]})
+            {"index": 1, "lost": True, "error": "gone", "procs": []}], 1.0))
     collector = FleetCollector(state, lambda: {"fleet_restarts": {('b"x\\0', "h", "ok"): 2.0}})
 
     def parse(text: bytes) -> dict:
@@ -284,11 +278,13 @@ def test_serve_follows_fleet_file_edits_and_sighup(sshd: Sshd, tmp_path: Path) -
         return {dict(ls)["name"]: v for (n, ls), v in scrape(m.group(1)).items() if n == "fleet_instance_up"}
 
     def wait(pred: Any, what: str, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not pred():
+        def done() -> bool:
+            if pred():
+                return True
             assert proc.poll() is None, f"serve exited ({what}):\n{err_path.read_text()}"
-            assert time.monotonic() < deadline, f"timed out: {what}\n{err_path.read_text()}"
-            time.sleep(0.3)
+            return False
+
+        until_sync(done, timeout, what, interval=0.3, detail=err_path.read_text)
 
     try:
         wait(lambda: ups() == {"a": 1.0}, "a up")
@@ -313,7 +309,8 @@ def test_serve_follows_fleet_file_edits_and_sighup(sshd: Sshd, tmp_path: Path) -
     assert lines[-1].endswith("INFO  stopped")
 
     # the recording follows the file too: b appears in the replay when it was added, a leaves when removed
-    from console.monitor.record import ReplaySource, read_records
+    from console.monitor.record import read_records
+    from console.monitor.replay import ReplaySource
 
     kinds = [(r["k"], r.get("n") or r["i"]["name"]) for r in read_records(record) if r["k"] in ("inst", "gone")]
     assert ("inst", "b") in kinds and ("gone", "a") in kinds and kinds.index(("inst", "b")) < kinds.index(("gone", "a"))

@@ -10,7 +10,7 @@ import pytest
 
 from console.inventory import Instance
 from console.ui.shell import ShellError, command_line, evidence_line, ssh_argv
-from tests.sshd import Sshd
+from tests.support.sshd import Sshd
 
 
 def test_plain_instance_carries_user_port_key_known_hosts() -> None:

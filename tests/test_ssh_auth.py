@@ -22,9 +22,8 @@ from console.core.controller import FleetController
 from console.inventory import Fleet, Instance
 from console.link import SshLink
 from console.link.hostkeys import fingerprint
-from tests.conftest import ssh_instance
 from tests.recorder import Recorder
-from tests.sshd import SshAgent, Sshd, keygen
+from tests.support.sshd import SshAgent, Sshd, keygen, ssh_instance
 
 NO_PYTHON = "/nonexistent/python3"  # agentless: connected without uploading the agent
 

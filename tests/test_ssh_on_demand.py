@@ -16,9 +16,8 @@ from console.core import on_demand
 from console.core.controller import FleetController
 from console.inventory import Fleet
 from console.inventory.records import SourceSpec
-from tests.conftest import ssh_instance
 from tests.recorder import Recorder
-from tests.sshd import Sshd
+from tests.support.sshd import Sshd, ssh_instance
 from tests.test_prometheus_source import GPUS, free_port
 from tests.test_prometheus_source import prometheus as prometheus
 

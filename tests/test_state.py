@@ -11,6 +11,7 @@ from pathlib import Path
 from console.agent.wire import config as agent_config
 from console.core.state import HISTORY_SECONDS, LOG_RING_LINES, MAX_LOG_FILES, FleetState
 from console.inventory import BenchmarkSpec, Instance
+from tests.support import frames
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -286,13 +287,13 @@ def test_a_progress_line_and_a_reconnect_backlog_replace_lines_not_repeat_them(t
 def test_procs_full_then_upsert_and_gone() -> None:
     state, _ = make_state("a")
     connect(state, "a")
-    state.apply_frame("a", {"type": "procs", "ts": 0, "full": True, "procs": [proc(1, 0, "init"), proc(10), proc(11)]})
+    state.apply_frame("a", frames.procs([proc(1, 0, "init"), proc(10), proc(11)]))
     state.apply_frame(
-        "a", {"type": "procs", "ts": 0, "full": False, "upsert": [proc(10, cpu=99.0), proc(12)], "gone": [11]}
+        "a", frames.procs_delta([proc(10, cpu=99.0), proc(12)], [11])
     )
     procs = state.get("a").procs
     assert sorted(procs) == [1, 10, 12] and procs[10]["cpu"] == 99.0
-    state.apply_frame("a", {"type": "procs", "ts": 0, "full": True, "procs": [proc(1, 0, "init")]})
+    state.apply_frame("a", frames.procs([proc(1, 0, "init")]))
     assert sorted(procs) == [1]
 
 
@@ -301,7 +302,7 @@ def test_busiest_process_prefers_gpu_memory() -> None:
     connect(state, "a")
     state.apply_frame(
         "a",
-        {"type": "procs", "ts": 0, "full": True, "procs": [proc(10, cpu=300.0), proc(11, cpu=5.0, gpu_mem=10 * 2**30)]},
+        frames.procs([proc(10, cpu=300.0), proc(11, cpu=5.0, gpu_mem=10 * 2**30)]),
     )
     assert state.get("a").busiest_process()["pid"] == 11
     state.apply_frame("a", {"type": "hello", "v": 1, "pid": 11})
@@ -336,7 +337,7 @@ def test_statuses_ordering_and_worse_events() -> None:
     )
     clock.now += 20  # "slow" gets nothing from now on
     for name in ("ok1", "idle", "down", "sick"):
-        state.apply_frame(name, {"type": "heartbeat", "ts": 0, "seq": 1, "samples": 1, "sent": 1})
+        state.apply_frame(name, frames.heartbeat())
     state.tick()
     got = {n: i.status for n, i in state.instances.items()}
     assert got == {
@@ -380,9 +381,9 @@ def test_a_host_that_keeps_failing_to_reconnect_is_reported_once() -> None:
 def test_benchmark_down_from_process_patterns() -> None:
     state, _ = make_state("a", benchmark=BenchmarkSpec(match=(r"bench\.py",)))
     connect(state, "a")
-    state.apply_frame("a", {"type": "procs", "ts": 0, "full": True, "procs": [proc(10)]})
+    state.apply_frame("a", frames.procs([proc(10)]))
     assert state.get("a").status == "ok"
-    state.apply_frame("a", {"type": "procs", "ts": 0, "full": False, "upsert": [], "gone": [10]})
+    state.apply_frame("a", frames.procs_delta([], [10]))
     assert state.get("a").status == "benchmark_down"
 
 
@@ -393,14 +394,14 @@ def test_a_young_entrypoint_is_starting_until_its_benchmark_has_run() -> None:
     host_now = 5000.0  # the host's clock differs from the console's: process start times are the host's
     entry = dict(proc(5, name="bash", cmdline="bash /entrypoint.sh"), start=host_now - 10)
     curl = dict(proc(6, ppid=5, name="curl", cmdline="curl -o c1.json"), start=host_now - 9)
-    state.apply_frame("a", {"type": "procs", "ts": host_now, "full": True, "procs": [entry, curl]})
+    state.apply_frame("a", frames.procs([entry, curl], host_now))
     inst = state.get("a")
     assert inst.status == "ok" and inst.status_detail == "benchmark starting: entrypoint up 10s"
 
     def later(seconds: int) -> None:
         for _ in range(seconds):
             clock.now += 1
-            state.apply_frame("a", {"type": "heartbeat", "ts": 0, "seq": 1, "samples": 1, "sent": 1})
+            state.apply_frame("a", frames.heartbeat())
         state.tick()
 
     later(75)
@@ -409,12 +410,12 @@ def test_a_young_entrypoint_is_starting_until_its_benchmark_has_run() -> None:
     assert inst.status == "benchmark_down"
     # a new entrypoint (a restart) gets its grace again; once its benchmark ran and exited, it is down at once
     fresh = dict(entry, pid=7, start=host_now + 95)
-    state.apply_frame("a", {"type": "procs", "ts": host_now + 96, "full": True, "procs": [fresh]})
+    state.apply_frame("a", frames.procs([fresh], host_now + 96))
     assert inst.status == "ok"
     bench = dict(proc(8, ppid=7, cmdline="python3 bench.py"), start=host_now + 97)
-    state.apply_frame("a", {"type": "procs", "ts": host_now + 98, "full": False, "upsert": [bench], "gone": []})
+    state.apply_frame("a", frames.procs_delta([bench], [], ts=host_now + 98))
     assert inst.status == "ok" and inst.status_detail == ""
-    state.apply_frame("a", {"type": "procs", "ts": host_now + 99, "full": False, "upsert": [], "gone": [8]})
+    state.apply_frame("a", frames.procs_delta([], [8], ts=host_now + 99))
     assert inst.status == "benchmark_down"
 
 

@@ -26,10 +26,10 @@ from console.core.state import FleetState
 from console.core.text_safety import clean, clean_deep, clean_lines
 from console.inventory import Fleet, Instance, ProbeSpec
 from console.ui.app import FleetApp
-from tests.conftest import ssh_instance
 from tests.hostile import fake_python
-from tests.sshd import Sshd
-from tests.tmux import Tmux
+from tests.support.app import wait_until as app_wait_until
+from tests.support.sshd import Sshd, ssh_instance
+from tests.support.tmux import Tmux
 from widgets.instance_screen import InstanceScreen
 from widgets.process_tree import ProcessTree
 
@@ -129,13 +129,8 @@ def rendered(app: FleetApp) -> str:
 
 
 async def wait_until(pilot, predicate, timeout: float = 40.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        await pilot.pause(0.1)
-    raise AssertionError("timed out waiting for " + what)
+    """``tests.support.app.wait_until`` with 40 s to go by default (three hosts, one of them hostile)."""
+    return await app_wait_until(pilot, predicate, timeout, what)
 
 
 @pytest.fixture

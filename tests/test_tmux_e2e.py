@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.sshd import Sshd, free_port
-from tests.tmux import Tmux
+from tests.support.sshd import Sshd, free_port
+from tests.support.tmux import Tmux
+from tests.support.wait import until_sync
 
 
 @pytest.fixture
@@ -107,28 +108,22 @@ def test_console_in_an_80x24_tmux_pane_against_a_real_sshd_fleet(tmux: Tmux, ssh
     tmux.wait_for(lambda s: "h200" in s and "Quit" in s, what="back on the grid")
 
     tmux.keys("q")
-    deadline = time.monotonic() + 15
-    while not tmux.pane_dead() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert tmux.pane_dead(), "q quits the console"
+    tmux.wait_dead(15, "q to quit the console")
     # the agent the console started over SSH went away with it: sshd has no session left
-    deadline = time.monotonic() + 15
-    while sshd.session_pids() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not sshd.session_pids(), "an SSH session (the agent) outlived the console"
+    until_sync(lambda: not sshd.session_pids(), 15, "the SSH session (the agent) to end with the console",
+               interval=0.2)
 
 
 def tmux_wait_file(path: Path, needle: str, after: float, timeout: float) -> float:
     """Wait until ``needle`` is in ``path``; the monotonic time it was first seen."""
-    deadline = time.monotonic() + timeout
     start = path.stat().st_size if path.exists() else 0
-    while time.monotonic() < deadline:
+
+    def seen() -> float | None:
         with path.open("rb") as fh:
             fh.seek(start)
-            if needle.encode() in fh.read():
-                return time.monotonic()
-        time.sleep(0.2)
-    raise AssertionError("%s never got %r" % (path, needle))
+            return time.monotonic() if needle.encode() in fh.read() else None
+
+    return until_sync(seen, timeout, "%r in %s" % (needle, path), interval=0.2)
 
 
 def row(screen: str, name: str) -> str:
@@ -182,8 +177,5 @@ def test_demo_in_an_80x24_tmux_pane(tmux: Tmux, tmp_path: Path) -> None:
     tmux.wait_for(lambda s: "warmup-04" in s and "Quit" in s.splitlines()[-1], what="grid again")
 
     tmux.keys("q")
-    deadline = time.monotonic() + 20
-    while not tmux.pane_dead() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert tmux.pane_dead(), "q quits the demo"
+    tmux.wait_dead(20, "q to quit the demo")
     assert not wait_gone(str(tmp_path)), "demo processes outlived the console"

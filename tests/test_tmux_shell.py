@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.sshd import Sshd
-from tests.tmux import Tmux
+from tests.support.sshd import Sshd
+from tests.support.tmux import Tmux
+from tests.support.wait import until_sync
 
 
 @pytest.fixture
@@ -48,11 +49,12 @@ watch_dirs = ["{tmp_path}"]
     tmux.wait_for(lambda s: "gpu-box" in s and "no GPU" in s, timeout=40, what="the grid with gpu-box connected")
 
     tmux.keys("y")
-    deadline = time.monotonic() + 10
-    copied = ""
-    while time.monotonic() < deadline and "ssh" not in copied:
-        copied = tmux._tmux("show-buffer", check=False).stdout
-        time.sleep(0.2)
+
+    def ssh_in_buffer() -> str | None:  # tmux's paste buffer, once y put the ssh command there
+        buffer = tmux._tmux("show-buffer", check=False).stdout
+        return buffer if "ssh" in buffer else None
+
+    copied = until_sync(ssh_in_buffer, 10, "the ssh command in tmux's buffer", interval=0.2)
     argv = shlex.split(copied)
     assert argv[0] == "ssh" and argv[-1] == "127.0.0.1" and str(sshd.port) in argv, copied
     assert f"UserKnownHostsFile={sshd.known_hosts}" in argv and "StrictHostKeyChecking=yes" in argv
@@ -83,7 +85,4 @@ watch_dirs = ["{tmp_path}"]
     tmux.keys("Escape")
     tmux.wait_for(lambda s: "gpu-box" in s and "keys" not in s, what="grid again")
     tmux.keys("q")
-    deadline = time.monotonic() + 15
-    while not tmux.pane_dead() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert tmux.pane_dead(), "q quits the console"
+    tmux.wait_dead(15, "q to quit the console")

@@ -20,7 +20,7 @@ import pytest
 
 from tests.fakes import nvml
 from tests.fakes.nvml import FakeNvml
-from tests.sshd import Sshd
+from tests.support.sshd import Sshd
 
 
 @pytest.fixture

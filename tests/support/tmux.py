@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 import uuid
 from collections.abc import Callable, Mapping
+
+from tests.support.wait import until_sync
 
 
 class Tmux:
@@ -15,7 +16,7 @@ class Tmux:
 
     def __init__(self, width: int = 80, height: int = 24) -> None:
         if shutil.which("tmux") is None:
-            raise RuntimeError("tmux not installed: run `make test` (installs it)")
+            raise RuntimeError("tmux not installed: run `make test` (installs it); `make test-quick` needs none")
         self.socket = f"fleet-test-{uuid.uuid4().hex[:8]}"
         self.width, self.height = width, height
 
@@ -42,14 +43,18 @@ class Tmux:
         self._tmux("send-keys", "-t", "main", *keys)
 
     def wait_for(self, predicate: Callable[[str], bool], timeout: float = 30.0, what: str = "screen") -> str:
-        deadline = time.monotonic() + timeout
-        text = ""
-        while time.monotonic() < deadline:
-            text = self.screen()
-            if predicate(text):
-                return text
-            time.sleep(0.2)
-        raise AssertionError(f"timed out waiting for {what}; screen was:\n{text}")
+        """The screen, once ``predicate(screen)`` holds; ``AssertionError`` with the last screen after ``timeout``."""
+        seen = [""]
+
+        def shown() -> str | None:
+            seen[0] = self.screen()
+            return seen[0] if predicate(seen[0]) else None
+
+        return until_sync(shown, timeout, what, interval=0.2, detail=lambda: f"screen was:\n{seen[0]}")
+
+    def wait_dead(self, timeout: float = 15.0, what: str = "the program to exit") -> None:
+        """Until the program in the pane has exited (the pane stays, dead: ``remain-on-exit``)."""
+        until_sync(self.pane_dead, timeout, what, interval=0.2)
 
     def pane_dead(self) -> bool:
         out = self._tmux("display-message", "-p", "-t", "main", "#{pane_dead}", check=False).stdout.strip()

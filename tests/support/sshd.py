@@ -8,10 +8,12 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import asyncssh
+
+from console.inventory import BenchmarkSpec, Instance
+from tests.support.wait import until_sync
 
 
 def find_sshd() -> str | None:
@@ -113,7 +115,7 @@ class Sshd:
     def start(self) -> None:
         sshd = find_sshd()
         if sshd is None:
-            raise RuntimeError("sshd not installed: run `make test` (installs openssh-server)")
+            raise RuntimeError("sshd not installed: run `make test` (installs openssh-server); test-quick needs none")
         if os.geteuid() == 0:
             Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
         self.proc = subprocess.Popen(
@@ -123,15 +125,20 @@ class Sshd:
             stderr=open(self.dir / "sshd.log", "ab"),  # noqa: SIM115 (closed by the child's exit)
             start_new_session=True,
         )
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
+        self.wait_listening()
+
+    def wait_listening(self, timeout: float = 15.0) -> None:
+        """Until the started server accepts connections on its port; ``RuntimeError`` at once if it exited."""
+        proc = self.proc
+        assert proc is not None
+
+        def listening() -> bool:
+            if proc.poll() is not None:
                 raise RuntimeError(f"sshd exited: {(self.dir / 'sshd.log').read_text()[-500:]}")
             with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            time.sleep(0.05)
-        raise RuntimeError("sshd did not start listening")
+                return s.connect_ex(("127.0.0.1", self.port)) == 0
+
+        until_sync(listening, timeout, f"sshd to listen on 127.0.0.1:{self.port}", interval=0.05)
 
     def stop(self) -> None:
         """Kill sshd and all the sessions it forked (as a host going down would)."""
@@ -171,6 +178,22 @@ class Sshd:
         return found
 
 
+def ssh_instance(server: Sshd, name: str = "box1", **extra: object) -> Instance:
+    """An instance record that reaches ``server`` with its own keys and known_hosts."""
+    fields: dict[str, object] = {
+        "name": name,
+        "host": "127.0.0.1",
+        "port": server.port,
+        "user": server.user,
+        "key": str(server.client_key_path),
+        "known_hosts": str(server.known_hosts),
+        "watch_dirs": (),
+        "benchmark": BenchmarkSpec(),
+    }
+    fields.update(extra)
+    return Instance(**fields)  # type: ignore[arg-type]
+
+
 class SshAgent:
     """A real ``ssh-agent`` on its own socket; keys go in with the real ``ssh-add``.
 
@@ -185,11 +208,13 @@ class SshAgent:
             ["ssh-agent", "-D", "-a", str(self.sock)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
-        deadline = time.monotonic() + 10
-        while not self.sock.exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("ssh-agent did not start")
-            time.sleep(0.02)
+
+        def listening() -> bool:
+            if self.proc.poll() is not None:
+                raise RuntimeError("ssh-agent did not start (it exited)")
+            return self.sock.exists()
+
+        until_sync(listening, 10, "ssh-agent's socket", interval=0.02)
         self.env = {"SSH_AUTH_SOCK": str(self.sock)}
 
     def add(self, key_path: Path, passphrase: str | None = None) -> None:
