@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -26,10 +27,13 @@ KEY_P50, KEY_MAX = 1.0, 3.0
 ALL_IN = 25.0  # seconds for every host's 8 GPUs to be in the state (measured ~3 s for 20, ~5 s for 100)
 
 _BENCH = Path(__file__).resolve().parent.parent / "bench" / "scale.py"
+if str(_BENCH.parent) not in sys.path:  # bench/scale.py imports bench/common.py as `common`, as when run itself
+    sys.path.append(str(_BENCH.parent))
 _spec = importlib.util.spec_from_file_location("bench_scale", _BENCH)
 assert _spec is not None and _spec.loader is not None
 scale = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(scale)
+import common  # noqa: E402 (bench/common.py: the replay host and the key timing the bench scripts share)
 
 
 @pytest.fixture
@@ -40,7 +44,7 @@ def replay_fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     assert {"hello", "gpu", "procs", "log"} <= {f["type"] for f in frames}
     work = tmp_path / "replay"
     work.mkdir()
-    fleet = scale.ReplayFleet(HOSTS, recording, work)
+    fleet = common.ReplayFleet(HOSTS, recording, work)
     fleet.start()
     try:
         yield fleet
@@ -59,7 +63,7 @@ async def test_sixty_replayed_hosts_show_and_keys_answer(replay_fleet) -> None:
             t0 = time.monotonic()
             state = controller.state
             def arrived() -> bool:
-                return scale.gpus_in(state) >= HOSTS * scale.GPUS and all(i.procs for i in state.instances.values())
+                return common.gpus_in(state) >= HOSTS * scale.GPUS and all(i.procs for i in state.instances.values())
 
             while not arrived() and time.monotonic() - t0 < ALL_IN:
                 await asyncio.sleep(0.1)
@@ -74,7 +78,7 @@ async def test_sixty_replayed_hosts_show_and_keys_answer(replay_fleet) -> None:
             took = []
             for _ in range(7):
                 before = grid.cursor_name
-                t = await scale.key_latency(app, "down", lambda b=before: grid.cursor_name != b, timeout=KEY_MAX)
+                t = await common.key_latency(app, "down", lambda b=before: grid.cursor_name != b, timeout=KEY_MAX)
                 assert t is not None, f"the down arrow did not move the cursor within {KEY_MAX:g} s"
                 took.append(t)
                 await asyncio.sleep(0.1)
