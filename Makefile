@@ -24,7 +24,7 @@ test: $(STAMP) sshd-deps lint
 	$(PY) -m pytest -q
 
 ## The loop to run while editing: the tests that need no OpenSSH server and no tmux, less the slow ones
-## (687 tests, about 70 s on 2 cores). Markers set by tests/conftest.py: sshd, tmux, and slow for the app driven
+## (about 80 s on 2 cores, under load). Markers set by tests/conftest.py: sshd, tmux, and slow for the app driven
 ## through Pilot; slow is also put by hand on the other tests that take 3 s and more alone (real agents, the
 ## demo fleet, process timing). `make test` runs them all.
 test-quick: $(STAMP)
