@@ -15,9 +15,10 @@ from tests.support import frames
 from tests.support.app import all_live, make_app, screen_text, wait_until
 from themes import THEMES, load_settings
 from widgets.fleet_grid import FleetGrid
-from widgets.fleet_table import FleetTable, layout, row_line, row_values, sort_names
+from widgets.fleet_table import FleetTable
 from widgets.instance_screen import InstanceScreen
 from widgets.palette import Palette
+from widgets.table_rows import layout, row_line, row_values, sort_names
 
 
 @pytest.fixture(autouse=True)
