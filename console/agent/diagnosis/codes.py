@@ -1,9 +1,13 @@
 """The verdict codes: label, explanation, and where each stands in the causal ranking.
 
-Tiers: ``hardware`` faults (a lost or failing GPU, no or mismatched driver) explain everything on the host;
-``cause`` codes are root causes, ranked by time (the earliest explains the later ones); ``symptom`` codes
-are what a cause leaves behind (a broken pipe to a dead daemon, a launcher's wrapper error, idle GPUs) and
-head the verdict only when no cause is found. ``RANK`` orders codes inside a tier and breaks ties between
+Tiers: ``hardware`` faults (a lost, failing or miscomputing GPU, no or mismatched driver) explain everything
+on the host; ``cause`` codes are root causes, ranked by time (the earliest explains the later ones): the
+storage and limits of the host (I/O errors, storage not answering, resource limits) rank above what they
+make fail, the setup causes (credentials, versions, libraries, installs) above the crashes and wrappers they
+explain, and the warnings on a running job (``diverged``) head only when no error does; ``symptom`` codes are
+what a cause leaves behind (a broken pipe to a dead daemon, a launcher's wrapper error, idle GPUs) and head
+the verdict only when no cause is found; ``throttled`` is a symptom-tier state (slowness, never a failure's
+cause) below every symptom of a failed run. ``RANK`` orders codes inside a tier and breaks ties between
 events that happened together (the more specific wins: the permission error over the panic it unwrapped).
 """
 
@@ -15,31 +19,62 @@ from typing import Dict
 CODES: Dict[str, tuple] = {
     "gpu_lost": ("hardware", 100, "GPU lost",
                  "a GPU fell off the bus or stopped answering; the host needs a GPU reset or a reboot"),
-    "gpu_ecc": ("hardware", 98, "GPU memory ECC error",
+    "gpu_ecc": ("hardware", 99, "GPU memory ECC error",
                 "uncorrectable ECC error or failed row remapping: reset the GPU; if it repeats, replace it"),
+    "gpu_faulty": ("hardware", 98, "GPU faulty",
+                   "a burn-in, diagnostic, memory test or verification step found a GPU computing wrong results "
+                   "(gpu-burn FAULTY, dcgmi diag Fail, an invalid proof): take it out of service, reset and "
+                   "retest, replace it if it repeats"),
     "no_gpu_driver": ("hardware", 97, "no NVIDIA driver",
                       "the NVIDIA driver is not loaded or the container cannot see the GPUs"),
     "driver_mismatch": ("hardware", 96, "driver mismatch",
                         "the NVIDIA driver is too old for the CUDA runtime, or was upgraded under a loaded module"),
     "host_oom_kill": ("cause", 95, "host out of memory (kernel OOM kill)",
                       "the kernel OOM killer killed a process: the host ran out of RAM"),
-    "disk_full": ("cause", 92, "disk full", "a filesystem is full"),
-    "shm_exhausted": ("cause", 91, "/dev/shm exhausted",
+    "io_error": ("cause", 94, "disk I/O error",
+                 "a disk or filesystem failed (kernel I/O errors, a filesystem remounted read-only): check dmesg "
+                 "and the device, move the data off it"),
+    "disk_full": ("cause", 93, "disk full", "a filesystem is full"),
+    "shm_exhausted": ("cause", 92, "/dev/shm exhausted",
                       "/dev/shm is too small for NCCL or DataLoader workers (--shm-size, --ipc=host)"),
-    "cuda_oom": ("cause", 90, "CUDA out of memory", "GPU memory ran out"),
-    "nccl_timeout": ("cause", 88, "NCCL collective timeout",
+    "cuda_oom": ("cause", 91, "CUDA out of memory", "GPU memory ran out"),
+    "storage_stall": ("cause", 90, "storage not answering",
+                      "NFS/FUSE storage stopped answering and processes wait on it in the kernel: check the "
+                      "server or the mount"),
+    "nccl_timeout": ("cause", 89, "NCCL collective timeout",
                      "a collective did not complete in time; NCCL's watchdog took the job down"),
-    "permission_denied": ("cause", 86, "permission denied",
-                          "a file or directory could not be opened or written (owner/mode or a read-only mount)"),
-    "address_in_use": ("cause", 84, "address already in use", "a port is still held by another process"),
-    "command_not_found": ("cause", 83, "command/module not found", "a command, module or library is missing"),
-    "download_failed": ("cause", 82, "download failed", "a download failed (network, DNS, URL, access)"),
-    "download_stalled": ("cause", 81, "download stalled", "a download's bytes have not moved for stall_seconds"),
-    "segfault": ("cause", 80, "segmentation fault", "a process crashed with a memory fault"),
+    "resource_limit": ("cause", 88, "resource limit reached",
+                       "a per-process limit was hit (open files, threads/processes): raise ulimit -n/-u or the "
+                       "container's limits, or use fewer workers"),
+    "permission_denied": ("cause", 87, "permission denied",
+                          "a file or directory could not be opened or written (owner/mode)"),
+    "credentials_refused": ("cause", 86, "credentials refused",
+                            "the storage or model hub refused the key/token (unknown, expired, no access): fix "
+                            "the credentials; retrying does not help"),
+    "version_mismatch": ("cause", 85, "version mismatch",
+                         "a library, extension or wheel was built for other versions than those installed "
+                         "(torch, CUDA, numpy, the GPU, the model format): install matching versions or rebuild"),
+    "library_missing": ("cause", 84, "shared library missing",
+                        "a shared library cannot be loaded: install it or fix LD_LIBRARY_PATH (libcuda: mount the "
+                        "driver into the container)"),
+    "install_failed": ("cause", 83, "install failed",
+                       "installing packages failed (pip build/resolve, conda solve, apt): fix the requirements, use "
+                       "a prebuilt wheel, or retry"),
+    "address_in_use": ("cause", 82, "address already in use", "a port is still held by another process"),
+    "command_not_found": ("cause", 81, "command/module not found", "a command or Python module is missing"),
+    "download_failed": ("cause", 80, "download failed", "a download failed (network, DNS, URL, access)"),
+    "download_stalled": ("cause", 79, "download stalled", "a download's bytes have not moved for stall_seconds"),
+    "segfault": ("cause", 78, "segmentation fault", "a process crashed with a memory fault"),
     "cuda_error": ("cause", 75, "CUDA error", "a CUDA call failed"),
     "panic": ("cause", 70, "panic", "a Rust or Go program panicked"),
+    "waiting_input": ("cause", 67, "waiting for input",
+                      "the job waits at an interactive prompt (login, yes/no, password, debugger) for ever: answer "
+                      "it or run non-interactively"),
     "killed": ("cause", 65, "process killed (SIGKILL)",
                "a process got SIGKILL (the OOM killer, a timeout or an operator) and nothing says why"),
+    "diverged": ("cause", 52, "training diverged",
+                 "the loss is NaN/inf (or the fp16 loss scale hit its minimum) while the steps go on: lower the "
+                 "learning rate, clip gradients, use bf16, check the data"),
     "missing_input": ("cause", 50, "missing input", "an input file or path was missing"),
     "hung": ("symptom", 58, "hung", "the benchmark is alive but has made no progress for stall_seconds"),
     "transport_error": ("symptom", 55, "transport error",
@@ -51,12 +86,15 @@ CODES: Dict[str, tuple] = {
     "gpu_xid": ("symptom", 33, "GPU Xid error", "the driver reported an Xid (often an application's GPU fault)"),
     "benchmark_not_running": ("symptom", 20, "benchmark not running", "no benchmark process is alive"),
     "waiting_on_child": ("symptom", 15, "entrypoint waiting", "the entrypoint waits on a child that does nothing"),
+    "throttled": ("symptom", 12, "clocks throttled",
+                  "GPU/CPU clocks are held down (thermal or power-brake slowdown): the job runs slow; check "
+                  "cooling, fans and power"),
     "gpu_idle": ("symptom", 10, "GPUs idle", "every GPU is idle while the benchmark should run"),
     "finished": ("done", 0, "finished", "the run completed (summary written, exit 0, nothing left running)"),
     "healthy": ("done", 0, "healthy", "the benchmark runs and makes progress"),
     "starting": ("done", 0, "starting", "the entrypoint is young and still setting up"),
 }
-CUSTOM_RANK = 60  # a [[signature]] code the table does not know: a cause, between panic and killed
+CUSTOM_RANK = 66  # a [[signature]] code the table does not know: a cause, between panic and killed
 
 
 def tier(code: str) -> str:

@@ -4,8 +4,12 @@ A hit is kept with what a reader of the log would conclude about it:
 - known-harmless lines (``signatures.HARMLESS``) are dropped; a line logged at INFO/DEBUG level is never
   more than ``info``, one at WARN level never more than ``warning``;
 - a connection reset or time-out in the middle of a download is a download failure;
+- a panic whose message names a cause (out of memory, ``Os { code: 28 }``, too many open files, ...) is that
+  cause, its message line the evidence; a 401 on a download whose repo is not gated is credentials refused;
 - an episode (hits of one code a few lines apart) followed in its log by the operation succeeding or by
-  further progress is ``recovered``: history, not the present;
+  further progress is ``recovered``: history, not the present; a condition (``signatures.CLEARED``: throttling,
+  a NaN loss, an NFS server not responding) is over only when a line says it ended, whatever the progress;
+- a prompt (``waiting_input``) counts only as the last line of its log: anything after it means it was answered;
 - an episode from before the current run (its log last written before the benchmark started, a kernel
   event before the entrypoint) is ``stale``.
 """
@@ -26,9 +30,13 @@ RUN_SLACK = 15.0  # seconds: kernel stamps drift from the wall clock; an event t
 LOG_SLACK = 2.0  # seconds: a log last written this close before the benchmark started still belongs to it
 # dmesg codes that are kernel chatter, not our benchmark
 KERNEL_IGNORED = frozenset(("missing_input", "timeout", "transport_error", "command_not_found",
-                            "permission_denied", "child_failed", "python_traceback", "download_failed"))
-NEVER_RECOVER = frozenset(("gpu_lost", "gpu_ecc", "no_gpu_driver", "driver_mismatch", "host_oom_kill",
-                           "missing_input"))
+                            "permission_denied", "child_failed", "python_traceback", "download_failed",
+                            "library_missing", "version_mismatch", "install_failed", "credentials_refused",
+                            "waiting_input", "diverged", "gpu_faulty"))
+HARDWARE = frozenset(("gpu_lost", "gpu_ecc", "no_gpu_driver", "driver_mismatch", "gpu_faulty"))
+NEVER_RECOVER = HARDWARE | frozenset(("host_oom_kill", "missing_input"))
+# what progress elsewhere does not make history: a hardware state, and conditions only a line ends
+PERSISTENT = HARDWARE | frozenset(signatures.CLEARED) - frozenset(("storage_stall",))
 DOWNLOADISH = frozenset(("transport_error", "timeout"))
 
 # "[INFO|trainer.py:2134]", "2026-12-01T21:04:11Z INFO cuzk_daemon", "INFO 02-27 19:28:10", "WARN connect",
@@ -101,12 +109,42 @@ def _table(facts: Dict[str, Any]) -> Sequence[Signature]:
     return custom + signatures.SIGNATURES if custom else signatures.SIGNATURES
 
 
+def _row(code: str) -> Optional[Signature]:
+    return next((sig for sig in signatures.SIGNATURES if sig.code == code), None)
+
+
+def _panic_cause(hit: Dict[str, Any], lines: List[str], index: int) -> Optional[Dict[str, Any]]:
+    """A panic whose message names a known cause, as a hit of that cause on the message's line (else None)."""
+    candidates = [index]
+    for i in range(index + 1, min(len(lines), index + 6)):
+        if signatures.PANIC_PAYLOAD_END.search(lines[i]) or signatures.match_line(lines[i]) is _row("panic"):
+            break
+        candidates.append(i)
+    for i in candidates:
+        for code, rx in signatures.PANIC_CAUSES:
+            if rx.search(lines[i]):
+                row = _row(code)
+                first = int(hit["line"]) - index
+                return {"code": code, "severity": row.severity if row else "error",
+                        "explanation": row.explanation if row else code, "path": hit["path"], "line": first + i,
+                        "text": lines[i]}
+    return None
+
+
 def _classify(hit: Dict[str, Any], lines: List[str], index: int) -> Optional[Dict[str, Any]]:
     """A hit as the log means it, or None for known noise."""
     text = hit["text"]
     if signatures.is_harmless(text):
         return None
+    if hit["code"] == "panic":
+        cause = _panic_cause(hit, lines, index)
+        if cause is not None:
+            cause["severity"] = capped(cause["severity"], level_cap(text))
+            return cause
     hit["severity"] = capped(hit["severity"], level_cap(text))
+    if hit["code"] == "download_failed" and signatures.UNAUTHORIZED.search(text) and not any(
+            signatures.NOT_CREDENTIALS.search(t) for t in lines[max(0, index - 25):index + 25]):
+        hit["code"] = "credentials_refused"
     if hit["code"] in DOWNLOADISH:  # the line right before is an unfinished download meter
         before = next((t for t in reversed(lines[max(0, index - 3):index]) if t.strip()), "")
         sample = progress.parse(before) if before else None
@@ -126,6 +164,41 @@ def _group(log: Dict[str, Any], hits: List[Dict[str, Any]], order: int) -> List[
         else:
             episodes.append(Episode(hit["code"], hit["severity"], log, hit, order + len(episodes)))
     return episodes
+
+
+def _section(lines: List[str], index: int) -> str:
+    """The device header (``signatures.SECTION``) a line of a multi-device report is under ("" if none)."""
+    for i in range(index, max(-1, index - 2000), -1):
+        if signatures.SECTION.search(lines[i]):
+            return lines[i].strip()
+    return ""
+
+
+def cleared(ep: Episode, lines: List[str], start: int) -> bool:
+    """Did a line after the episode (from ``lines[start]`` on) end the condition it set (``signatures.CLEARED``),
+    for the same device when the report names devices?"""
+    first = int(ep.log.get("first_line") or 1)
+    wanted = set()
+    for hit in ep.hits:
+        for set_re, template in signatures.CLEARED.get(ep.code, []):
+            m = set_re.search(hit["text"])
+            if m:
+                name = m.group(1) if m.groups() else ""
+                wanted.add((template.format(re.escape(name)), _section(lines, int(hit["line"]) - first)))
+                break
+    if not wanted:
+        return False
+    section = _section(lines, start - 1) if start > 0 else ""
+    found = set()
+    regexes = {t: re.compile(t, re.IGNORECASE) for t, _ in wanted}
+    for text in lines[start:]:
+        if signatures.SECTION.search(text):
+            section = text.strip()
+            continue
+        for template, rx in regexes.items():
+            if (template, section) in wanted and rx.search(text):
+                found.add((template, section))
+    return found == wanted
 
 
 def last_resumed(lines: List[str], bench_re: Optional[Pattern[str]]) -> int:
@@ -150,21 +223,30 @@ def log_episodes(
             continue
         lines: List[str] = log.get("lines") or []
         first = int(log.get("first_line") or 1)
-        hits = []
+        hits: List[Dict[str, Any]] = []
+        seen = set()
         for hit in signatures.scan_lines(lines, log["path"], first, table):
             kept = _classify(hit, lines, hit["line"] - first)
-            if kept is not None:
+            if kept is not None and (kept["line"], kept["code"]) not in seen:
+                seen.add((kept["line"], kept["code"]))
                 hits.append(kept)
         if not hits:
             continue
+        hits.sort(key=lambda h: int(h["line"]))
         timeline = Timeline(log, now)
         resumed = last_resumed(lines, bench_re)
+        last_line = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].strip()), -1)
         mtime = log.get("mtime")
         stale = bench_started is not None and mtime is not None and float(mtime) < bench_started - LOG_SLACK
         for ep in _group(log, hits, len(out) * 1000):
+            if ep.code == "waiting_input" and ep.last_index != last_line:
+                continue  # something came after the prompt: it was answered
             ep.time = timeline.at(ep.last_index)
             ep.stale = stale
-            if ep.code not in NEVER_RECOVER:
+            if ep.code in signatures.CLEARED:
+                ep.recovered = cleared(ep, lines, ep.last_index + 1) or (
+                    ep.code not in PERSISTENT and resumed > ep.last_index)
+            elif ep.code not in NEVER_RECOVER:
                 ep.recovered = resumed > ep.last_index
             out.append(ep)
     return out
@@ -195,5 +277,7 @@ def kernel_episodes(facts: Dict[str, Any], now: float, run_started: Optional[flo
         ep.kernel = True
         ep.time = times.get(ep.hits[-1]["line"], now)
         ep.stale = bool(uptime and run_started and ep.time < run_started - RUN_SLACK)
+        if ep.code in signatures.CLEARED:
+            ep.recovered = cleared(ep, lines, int(ep.hits[-1]["line"]))
         out.append(ep)
     return out

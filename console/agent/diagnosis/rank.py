@@ -1,14 +1,18 @@
 """The causal verdict: which finding explains the others.
 
-1. A hardware fault present now (a lost GPU, ECC errors, no or mismatched driver) explains everything.
-2. Else the earliest root cause: among current ``cause`` findings of error severity (warnings when there
-   are none), the earliest in time; events within ``SIMULTANEOUS`` seconds of it count as happening
-   together and the more specific one wins (the permission error over the panic that unwrapped it, the
-   host OOM kill over the ``Killed`` that reports it). A wrapper (``ChildFailedError``, a shell's exit
-   status, a traceback's header) is a symptom and never outranks what it wraps.
+1. A hardware fault present now (a lost GPU, ECC errors, a GPU computing wrong results, no or mismatched
+   driver) explains everything.
+2. Else the earliest root cause: among current ``cause`` findings of error severity (warnings such as a
+   diverged loss when there are none), the earliest in time; events within ``SIMULTANEOUS`` seconds of it
+   count as happening together and the more specific one wins (the permission error over the panic that
+   unwrapped it, the host OOM kill over the ``Killed`` that reports it, a kernel I/O error over the read-only
+   file system it caused, a failed wheel build over the 404 inside it). A wrapper (``ChildFailedError``, a
+   shell's exit status, a traceback's header) is a symptom and never outranks what it wraps.
 3. Else a finished run is ``finished``; a young entrypoint still setting up is ``starting``.
-4. Else the most telling symptom (``hung``, a broken pipe, a wrapper, the benchmark not running, idle GPUs).
-Every other current finding is then listed as followed by / caused by the verdict.
+4. Else the most telling symptom (``hung``, a broken pipe, a wrapper, the benchmark not running, throttled
+   clocks, idle GPUs).
+Every other current finding is then listed as followed by / caused by the verdict, except a state no
+failure causes (``throttled``: the clocks of a hot or power-braked GPU).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ SIMULTANEOUS = 30.0  # seconds
 # what a young entrypoint that is still fetching inputs looks like; not trouble until the grace is over
 STARTUP_SYMPTOMS = frozenset(("benchmark_not_running", "waiting_on_child", "gpu_idle", "missing_input"))
 FINE = frozenset(("healthy", "starting", "finished"))
+# states of the host that no failure causes: never listed as caused by the verdict
+UNCAUSED = frozenset(("throttled",))
 
 
 def _level(item: Item) -> int:
@@ -87,7 +93,7 @@ def link_symptoms(items: List[Item], head: Item) -> List[str]:
     """Mark the current findings the verdict explains (``caused_by``); their codes, in order."""
     out: List[str] = []
     for i in items:
-        if i is head or i.role != "current" or _level(i) < 1 or i.code == head.code:
+        if i is head or i.role != "current" or _level(i) < 1 or i.code == head.code or i.code in UNCAUSED:
             continue
         later = head.time is None or i.time is None or i.time >= head.time - SIMULTANEOUS
         if codes.tier(i.code) == "symptom" or later:

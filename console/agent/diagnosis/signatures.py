@@ -56,6 +56,16 @@ SIGNATURES: List[Signature] = [
          r"|CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE|PTX was compiled with an unsupported toolchain",
          "the NVIDIA driver and the CUDA libraries disagree (driver too old for the runtime, or upgraded "
          "under a loaded kernel module): update the driver or reboot, or use a build for this driver"),
+    _sig("gpu_faulty", "critical",
+         r"\bGPU \d+: FAULTY\b|errors:.{0,400}\(WARNING!\)"  # gpu-burn: its verdict, and a comparison's errors
+         r"|^\|\s*(?:GPU Memory|Memory|Memtest|Diagnostic|SM Stress|Targeted Stress|Targeted Power|Memory Bandwidth"
+         r"|Pulse Test|EUD Test|EUD|PCIe)?\s*\| Fail\b"  # dcgmi diag's table (a GPU's row, or its continuation)
+         r"|\b[1-9]\d* errors so far\b"  # memtestG80
+         r"|verification indicates proof is invalid|proof (?:for sector \d+ )?(?:was|is) invalid"
+         r"|consecutive invalid proofs|proof verification failed|failed to verify (?:the )?proof"
+         r"|\|\|Ax-b\|\|.{0,160}\bFAILED\b",  # HPL's residual check
+         "the GPU fails its tests or computes wrong results (a burn-in, diagnostic, memory test or a proof's "
+         "verification failed on it): take it out of service; reset it and test again, replace it if it repeats"),
     _sig("host_oom_kill", "critical",
          r"Out of memory: Kill(?:ed)? process|invoked oom-killer|\boom-kill\b|oom_reaper: reaped"
          r"|Memory cgroup out of memory",
@@ -68,13 +78,35 @@ SIGNATURES: List[Signature] = [
          "run the container with --shm-size or --ipc=host"),
     _sig("disk_full", "critical", r"No space left on device|\bENOSPC\b|Disk quota exceeded|StorageFull",
          "a filesystem is full"),
+    _sig("io_error", "critical",
+         r"I/O error,? (?:on )?dev (?!fd\d|sr\d|loop\d)\w+|Buffer I/O error on dev(?:ice)? (?!fd\d|sr\d|loop\d)\w+"
+         r"|critical medium error|EXT4-fs error|EXT4-fs \(\S+\): (?:I/O error|Remounting filesystem read-only)"
+         r"|Remounting filesystem read-only|XFS \(\S+\): (?:metadata I/O error|Corruption|log I/O error)"
+         r"|Input/output error|os error 5\b|Errno 5\]|Os \{ code: 5,"
+         r"|Read-only file system|\bEROFS\b|os error 30\b|Errno 30\]|kind: ReadOnlyFilesystem",
+         "a disk or filesystem failed (kernel I/O errors, a filesystem remounted read-only): check dmesg and the "
+         "device's health (smartctl/nvme smart-log), move the data off it"),
+    _sig("storage_stall", "error",
+         r"nfs: server \S+ not responding|task \S+:\d+ blocked for more than \d+ seconds|hung_task_timeout_secs"
+         r"|hung_task: blocked tasks|\S+': Transport endpoint is not connected"
+         r"|/\S*: Transport endpoint is not connected|Transport endpoint is not connected: '/"
+         r"|unable to access MOUNTPOINT",
+         "network or FUSE storage stopped answering (NFS server not responding, tasks blocked in the kernel, a dead "
+         "s3fs/FUSE mount): the job waits on it; check the server or remount"),
+    _sig("resource_limit", "error",
+         r"Too many open files|\bEMFILE\b|os error 24\b|Errno 24\]|Os \{ code: 24,|can't start new thread"
+         r"|fork: (?:retry: )?Resource temporarily unavailable|pthread_create.{0,80}Resource temporarily unavailable"
+         r"|Thread creation failed: Resource temporarily unavailable|failed to create new OS thread"
+         r"|RLIMIT_NPROC|RLIMIT_NOFILE|file-max limit \d+ reached",
+         "a per-process limit was hit (open files, processes/threads): raise it (ulimit -n / -u, the container's "
+         "limits) or use fewer workers/threads"),
     _sig("cuda_oom", "error",
          r"CUDA out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUDA error: out of memory"
          r"|out of memory on (?:device|GPU)|OutOfMemoryError: CUDA|cudaMalloc failed: out of memory"
          r"|(?:failed|unable) to allocate CUDA\d* buffer|No available memory for the cache blocks"
          r"|larger than the available KV cache memory|maximum number of tokens that can be stored in KV cache"
          r"|Insufficient memory for the KV cache|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
-         r"|OOM when allocating tensor|RESOURCE_EXHAUSTED: Out of memory",
+         r"|OOM when allocating tensor|RESOURCE_EXHAUSTED: Out of memory|cuda\w*.{0,160}\bout of memory",
          "GPU memory ran out (batch/model/context too large for this GPU, or another process holds memory)"),
     _sig("nccl_timeout", "error",
          r"Watchdog caught collective operation timeout|WorkNCCL\(.*\) ran for \d+ milliseconds before timing out"
@@ -83,30 +115,93 @@ SIGNATURES: List[Signature] = [
          r"|NCCL (?:communicator|watchdog)\b.*\btim(?:ed|e) ?out",
          "a NCCL collective did not complete in time (a rank died, hung or is far slower); NCCL's watchdog "
          "took the job down"),
+    _sig("credentials_refused", "error",
+         r"InvalidAccessKeyId|SignatureDoesNotMatch|InvalidSignatureException|ExpiredToken|InvalidClientTokenId"
+         r"|UnrecognizedClientException|NoCredentialsError|Unable to locate credentials|DefaultCredentialsError"
+         r"|\(AccessDenied\)|<Code>AccessDenied</Code>|AccessDeniedException|AWS Access Key Id you provided does not"
+         r"|security token included in the request is (?:invalid|expired)|does not have storage\.\w+\.\w+ access"
+         r"|Anonymous caller does not have|Invalid credentials in Authorization header|Invalid user token"
+         r"|whoami-v2|AuthenticationFailed|Server failed to authenticate the request",
+         "the storage or model hub refused the credentials (key unknown, expired token, wrong secret, no access "
+         "granted): fix the key/token or its permissions; retrying does not help"),
     _sig("permission_denied", "error",
-         r"Permission denied|PermissionError|\bEACCES\b|kind: PermissionDenied|os error 13\b|Errno 13\b"
-         r"|Read-only file system|\bEROFS\b",
-         "a file or directory could not be opened or written (owner/mode, or a read-only mount)"),
+         r"Permission denied|PermissionError|\bEACCES\b|kind: PermissionDenied|os error 13\b|Errno 13\b",
+         "a file or directory could not be opened or written (owner/mode)"),
     _sig("address_in_use", "error", r"Address already in use|EADDRINUSE|errno: 98\b|Errno 98\b|AddrInUse",
          "a port is still held (an old server or daemon is probably still running)"),
+    _sig("version_mismatch", "error",
+         r"undefined symbol\b|version [`'\u2018][\w.]+' not found"
+         r"|compiled (?:using|against) (?:NumPy|API version|ABI version)|were compiled with different CUDA"
+         r"|mismatches the version that was used to compile|xFormers was built for"
+         r"|is not compatible with the current PyTorch installation|is not compatible with this version of"
+         r"|no kernel image is available for execution|NoKernelImageForDevice|CUDA_ERROR_NO_BINARY_FOR_GPU"
+         r"|\brequires [`'\"]?[\w.\[\]-]+ ?(?:>=|==|~=|<)\s*\d|which is incompatible\b"
+         r"|incompatible with (?:torch|pytorch|cuda|the (?:installed|current)|this version|your (?:installed|current))"
+         r"|unknown model architecture|does not recognize this architecture|version of Transformers is out of date"
+         r"|architectures? \[[^\]]*\] (?:are|is) not supported",
+         "a library or extension was built for another version than the one installed (a torch extension's "
+         "undefined symbol, a wheel for another torch/CUDA/GPU, numpy 1 vs 2, an engine too old for the model): "
+         "install matching versions or rebuild"),
+    _sig("library_missing", "error",
+         r"error while loading shared libraries|cannot open shared object file|Could not load library \S+\.so"
+         r"|Unable to load any of \{|Library \S+ is not found or cannot be loaded|dlopen failed"
+         r"|dlopen\([^)]*\) failed|failed to dlopen|libcuda\.so\S* cannot (?:be )?found",
+         "a shared library cannot be loaded (not installed, or not on LD_LIBRARY_PATH; libcuda.so: the driver's "
+         "library is not mounted into the container): install it or fix the library path"),
+    _sig("install_failed", "error",
+         r"Failed building wheel for|Could not build wheels for|Failed to build installable wheels"
+         r"|^\s*Failed to build [\w.-]+\s*$|subprocess-exited-with-error"
+         r"|Could not find a version that satisfies the requirement|No matching distribution found for"
+         r"|ResolutionImpossible|package versions have conflicting dependencies"
+         r"|externally-managed-environment|No solution found when resolving dependencies"
+         r"|UnsatisfiableError|PackagesNotFoundError|ResolvePackageNotFound|Could not solve for environment specs"
+         r"|Solving environment: (?:\.+working\.+ )?failed\s*$"
+         r"|E: Unable to locate package|E: Package '[^']*' has no installation candidate|E: Could not get lock"
+         r"|E: Unable to acquire the dpkg frontend lock|E: Failed to fetch|E: Unable to fetch some archives"
+         r"|E: Unable to correct problems|E: Sub-process /usr/bin/dpkg returned an error"
+         r"|dpkg: error processing package",
+         "installing packages failed (pip could not build or find a wheel, conda could not solve, apt could not "
+         "find a package or get the dpkg lock): fix the requirement/versions, use a prebuilt wheel, or retry later"),
     _sig("download_failed", "error",
          r"curl: \(\d+\)|Failed to download|download failed|requested URL returned error: \d+"
-         r"|HTTP(?:/[\d.]+)? (?:401|403|404|5\d\d)\b|\b(?:403 Forbidden|404 Not Found)\b"
+         r"|HTTP(?:/[\d.]+)? (?:401|403|404|5\d\d)\b|\b403 Forbidden\b|\b404 Not Found\b"
          r"|Could not resolve host|wget: unable to resolve|\bERROR [45]\d\d: |Read error at byte \d+|Giving up\."
          r"|GatedRepoError|Cannot access gated repo|access to it at https://huggingface\.co|is restricted and you are"
          r"|RepositoryNotFoundError|Repository Not Found for url|RevisionNotFoundError|EntryNotFoundError"
-         r"|\b(?:401|403|404) Client Error|Max retries exceeded with url"
+         r"|\b401 Client Error|\b403 Client Error|\b404 Client Error|Max retries exceeded with url"
          r"|fetch\w*\b.{0,160}(?:connection reset|reset by peer|unexpected EOF|broken pipe|timed out|i/o timeout"
          r"|connection refused|no route to host)"
          r"|download\w*\b.{0,160}(?:connection reset|reset by peer|unexpected EOF|broken pipe|timed out|i/o timeout"
          r"|connection refused|no route to host)",
          "a download failed (network, DNS, or the URL is wrong/forbidden/gated)"),
+    _sig("diverged", "warning",
+         r"loss[\"']?\s*[:=]\s*[\"']?[-+]?(?:nan|inf|infinity)\b|\bloss is (?:nan|inf)\b"
+         r"|NaN or Inf found in input tensor|returned nan values in its \d+\w* output|found NaN in (?:local )?grad norm"
+         r"|detected NaN\b|NaN detected in|Current loss scale already at minimum|Minimum loss scale reached"
+         r"|Attempted loss scale: 1(?:\.0)?, reducing to 1(?:\.0)?\b",
+         "training diverged: the loss is NaN/inf or the fp16 loss scale hit its minimum; the steps go on but learn "
+         "nothing: lower the learning rate, clip gradients, use bf16, check the data"),
+    _sig("waiting_input", "error",
+         r"Enter your choice:\s*$|Paste an API key from your profile[^:]*:\s*$|\[y/n\]\s*:?\s*$|\(y/n\)\??\s*:?\s*$"
+         r"|Proceed \(\[y\]/n\)\?\s*$|\(yes/no(?:/\[fingerprint\])?\)\??\s*$|Do you want to continue\??\s*$"
+         r"|(?:^|\]\s|'s |\b(?:Enter|New|Current|Your|Retype|Repeat) )password(?: for [^:]{1,64})?:\s*$"
+         r"|Enter passphrase[^:]{0,80}:\s*$|Username for '[^']*':\s*$|Geographic area:\s*$"
+         r"|overwrite [^?]{0,160}\?\s*$|\[y\]es, \[n\]o[^:]*:\s*$|^\(Pdb\)\s*$|^ipdb>\s*$",
+         "the job waits at an interactive prompt (a login, a yes/no question, a password, a debugger) and will wait "
+         "for ever: answer it, or run non-interactively (WANDB_MODE, -y, DEBIAN_FRONTEND=noninteractive)"),
+    _sig("throttled", "warning",
+         r"HW Slowdown\s*:\s*Active\b|HW Thermal Slowdown\s*:\s*Active\b|HW Power Brake Slowdown\s*:\s*Active\b"
+         r"|SW Thermal Slowdown\s*:\s*Active\b|temperature above threshold, cpu clock throttled"
+         r"|_(?:hw_slowdown|hw_thermal_slowdown|hw_power_brake_slowdown|sw_thermal_slowdown)>Active<",
+         "clocks are held down (thermal or power-brake slowdown): the job runs slower than it should; check cooling, "
+         "fans and power delivery"),
     _sig("transport_error", "error",
          r"broken pipe|transport error|connection reset|status: Unavailable|message length too large"
          r"|message too large|h2 protocol error|GOAWAY|error trying to connect|Connection refused"
          r"|EPIPE\b|ECONNRESET\b",
          "an RPC/HTTP2 connection broke (daemon died or closed the stream, or a request was too large)"),
-    _sig("panic", "error", r"thread '[^']*' panicked at|^panic: |^fatal error: |goroutine \d+ \[running\]",
+    _sig("panic", "error", r"thread '[^']*'(?: \(\d+\))? panicked at|\bRust panic: |^panic: |^fatal error: "
+         r"|goroutine \d+ \[running\]",
          "a Rust or Go program panicked", re.IGNORECASE | re.MULTILINE),
     _sig("segfault", "error",
          r"Segmentation fault|segfault at|\bSIGSEGV\b|\bSIGBUS\b|^Bus error|exit (?:code|status) 139\b",
@@ -128,8 +223,8 @@ SIGNATURES: List[Signature] = [
          r"|GGML_ASSERT|returned non-zero exit status|exited unexpectedly|failed to start\. See stack trace",
          "a launcher or wrapper reported that a child failed (what the child printed is the cause)"),
     _sig("command_not_found", "error",
-         r"command not found|No module named |error while loading shared libraries|cannot import name",
-         "a command, module or library is not installed"),
+         r"command not found|No module named |cannot import name",
+         "a command or Python module is not installed"),
     _sig("timeout", "warning", r"deadline exceeded|DeadlineExceeded|timed out|\btimeout expired\b",
          "an operation timed out"),
     _sig("missing_input", "warning", r"\bnot found\b|No such file or directory|does not exist",
@@ -146,7 +241,48 @@ HARMLESS: List[Pattern[str]] = [re.compile(p) for p in (
     r"\[c10d\] The client socket has failed to connect to .*\(errno: 111",  # torch retries until the store is up
     r"huggingface/tokenizers: The current process just got forked",
     r"TypedStorage is deprecated|FutureWarning|DeprecationWarning",
+    r"from LD_PRELOAD cannot be preloaded .*: ignored",  # the loader skips a missing preload and goes on
 )]
+
+# What a panic's message names (the panic line itself, or the lines after a `panicked at file:line:col:` header
+# up to the `note:`/backtrace): the cause it only reports. Rust prints io errors as `Os { code: N, kind, message }`.
+PANIC_CAUSES: List[Tuple[str, Pattern[str]]] = [(code, re.compile(p, re.IGNORECASE)) for code, p in (
+    ("cuda_oom",
+     r"CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|(?<!runtime: )\bout of (?:device |GPU )?memory\b"),
+    ("disk_full", r"\bcode: 28\b|No space left|StorageFull|\bENOSPC\b"),
+    ("resource_limit", r"\bcode: 24\b|Too many open files|\bEMFILE\b"),
+    ("permission_denied", r"\bcode: 13\b|Permission denied|PermissionDenied|\bEACCES\b"),
+    ("io_error", r"Os \{ code: (?:5|30)\b|Input/output error|Read-only file system|ReadOnlyFilesystem"),
+)]
+PANIC_PAYLOAD_END = re.compile(r"^note: run with|^stack backtrace:|^\s*$|^goroutine \d+ \[")
+
+# Conditions rather than events: they hold until the log (or the kernel log) says they ended, and progress
+# after them does not end them. code -> [(the line that sets one, its group naming which; the line that clears
+# that one, ``{0}`` standing for the name)]; an empty set pattern: any hit of the code, cleared by the line.
+_CLEARED_ROWS: Dict[str, List[Tuple[str, str]]] = {
+    "throttled": [
+        (r"\b(HW Slowdown|HW Thermal Slowdown|HW Power Brake Slowdown|SW Thermal Slowdown)\s*:\s*Active\b",
+         r"\b{0}\s*:\s*Not Active\b"),
+        (r"<(clocks_(?:event|throttle)_reasons?_(?:hw_slowdown|hw_thermal_slowdown|hw_power_brake_slowdown"
+         r"|sw_thermal_slowdown))>Active<", r"<{0}>Not Active<"),
+        (r"\b(CPU\d+: (?:Core|Package)) temperature above threshold", r"\b{0} temperature/speed normal"),
+    ],
+    "diverged": [(r"", r"loss[\"']?\s*[:=]\s*[\"']?[-+]?\d")],  # a finite loss again
+    "storage_stall": [(r"nfs: server (\S+) not responding", r"nfs: server {0} OK")],
+}
+CLEARED: Dict[str, List[Tuple[Pattern[str], str]]] = {
+    code: [(re.compile(a, re.IGNORECASE), b) for a, b in rows] for code, rows in _CLEARED_ROWS.items()}
+# a report of several devices names each in a header line (``nvidia-smi -q``: ``GPU 00000000:01:00.0``, its XML
+# ``<gpu id="...">``): a device's condition is cleared only by a line under the same device's header
+SECTION = re.compile(r"^\s*GPU [0-9A-F]{4,8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-9A-F]\s*$|<gpu id=\"[^\"]+\">",
+                     re.IGNORECASE)
+
+# A 401 (or "Unauthorized") on a download is the credentials refused, unless the hub says the repo is gated or
+# missing (a 401 for a gated or unknown repo stays a failed download).
+UNAUTHORIZED = re.compile(r"\b401 (?:Client Error|Unauthorized)|(?:error|ERROR|HTTP\S*|status|code)[: ]+401\b"
+                          r"|Unauthorized for url", re.IGNORECASE)
+NOT_CREDENTIALS = re.compile(r"gated repo|GatedRepoError|Repository Not Found|RepositoryNotFoundError"
+                             r"|authorized list|RevisionNotFoundError|EntryNotFoundError", re.IGNORECASE)
 
 # A run that ended well says so (the ``finished`` verdict, when nothing of the benchmark runs any more).
 COMPLETED: List[Pattern[str]] = [re.compile(p, re.IGNORECASE) for p in (
@@ -306,9 +442,18 @@ def plan(rows: Sequence[Signature]) -> Plan:
 
 
 def match_line_fast(text: str, table: Plan) -> Optional[Signature]:
-    """``match_line`` with the substring prefilter (the same answer; most lines cost a few ``in`` tests)."""
+    """``match_line`` with the substring prefilter (the same answer; most lines cost one pass of ``in`` tests
+    over the union of the rows' literals, and a row's regex runs only when one of its literals is there)."""
     low = text.lower()
-    if table.union is not None and not any(t in low for t in table.union):
+    if table.union is not None:
+        present = {t for t in table.union if t in low}
+        if not present:
+            return None
+        for sig, trig in table.rows:
+            if trig is not None and present.isdisjoint(trig):
+                continue
+            if sig.pattern.search(text):
+                return sig
         return None
     for sig, trig in table.rows:
         if trig is not None and not any(t in low for t in trig):
