@@ -13,7 +13,7 @@ from console.inventory import Instance
 from console.link.validate import check_result
 from console.mcp.tools import diagnosis_view, render_diagnosis
 from tests.test_diagnose import seed_facts, seed_tmp  # noqa: F401  (the seed case's logs, as a fixture)
-from widgets.instance_screen import diagnosis_text
+from widgets.diagnosis_text import diagnosis_text
 
 
 def test_the_seed_case_offers_other_explanations_than_its_verdict(seed_tmp: Path) -> None:  # noqa: F811

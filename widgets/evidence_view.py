@@ -1,6 +1,6 @@
 """The Diagnosis tab's text with a cursor over its evidence lines: Enter opens that log at that line.
 
-The diagnosis stays one ``Text`` (``instance_screen.diagnosis_text``); the rows that are evidence (a file and
+The diagnosis stays one ``Text`` (``diagnosis_text.diagnosis_text``); the rows that are evidence (a file and
 a line number) are given beside it. Up/down (or ``j``/``k``) move between them, the chosen row is shown in
 reverse, and Enter posts ``EvidenceView.Open(path, line)`` for the screen to show in the Logs tab.
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from rich.text import Text
 from textual import events
@@ -22,6 +22,7 @@ from console.core.control import FleetControl
 from console.core.state import InstanceState, LogRing
 from console.core.status import STALE, badge
 
+from .diagnosis_text import diagnosis_text, probes_text
 from .evidence_view import EvidenceView
 from .footer import Footer  # Textual's, without its recompose leak (issue 15 item 11)
 from .gpu_panel import GpuPanel
@@ -29,114 +30,17 @@ from .log_grep import GrepScreen
 from .log_view import LogView
 from .pane import retry_text
 from .process_panel import ProcessPanel
-from .render import operator_text, short_path
+from .render import operator_text
 from .styles_cache import release_dead_line_caches, release_query_caches
 
-SEVERITY_STYLE = {"critical": "bold reverse red", "error": "bold red", "warning": "yellow", "info": "dim"}
 TABS = ("tab-gpus", "tab-procs", "tab-logs", "tab-diag", "tab-probes")
 
 
-STEP_STYLE = {"ok": "green", "problem": "bold red", "info": "", "skipped": "dim"}
 LOG_INPUT_PLACEHOLDERS = {
     "search": "search the log (enter: find, then n / N; esc: close)",
     "filter": "filter: only lines with this text (as you type; enter: keep; esc: clear)",
     "grep": "grep the whole file on the host (enter: run; hits with line numbers)",
 }
-
-
-def _verdict_line(verdict: Mapping[str, Any]) -> str:
-    """The verdict's summary, its code said once (``healthy: healthy: ...`` nowhere)."""
-    summary = operator_text(str(verdict.get("summary") or verdict.get("code") or "?"))
-    code = str(verdict.get("code") or "")
-    for word in {code, code.replace("_", " "), str(verdict.get("label") or "")} - {""}:
-        while summary.lower().startswith(word.lower() + ": " + word.lower() + ": "):
-            summary = summary[len(word) + 2:]
-    return summary
-
-
-def diagnosis_text(inst: InstanceState, evidence: Optional[List[Tuple[int, str, Optional[int]]]] = None) -> Text:
-    """The Diagnosis tab; ``evidence`` (when given) gets ``(row, path, line)`` for each evidence row."""
-    diag = inst.diagnosis
-    text = Text()
-    if not diag:
-        text.append("No diagnosis yet — press d to diagnose %s.\n" % inst.name, "dim")
-        return text
-    verdict = diag.get("verdict") or {}
-    sev = verdict.get("severity") or "info"
-    text.append(" %s " % sev.upper(), SEVERITY_STYLE.get(sev, "bold") + (" reverse" if sev != "critical" else ""))
-    summary = _verdict_line(verdict)
-    text.append(" %s" % summary, "bold")
-    code = str(verdict.get("code") or "")
-    if code and not summary.lower().startswith(code.replace("_", " ").lower()):
-        text.append("  [%s]" % code, "dim")
-    if inst.diagnosis_at:
-        text.append("  (%s ago)" % format_age(time.time() - inst.diagnosis_at), "dim")
-    text.append("\n")
-    for finding in diag.get("findings") or []:
-        fsev = finding.get("severity") or "info"
-        text.append("\n%-8s " % fsev.upper(), SEVERITY_STYLE.get(fsev, ""))
-        text.append(operator_text(str(finding.get("summary") or "")), "bold")
-        if finding.get("code"):
-            text.append("  [%s]" % finding["code"], "dim")
-        text.append("\n")
-        full_paths: List[str] = []
-        for ev in finding.get("evidence") or []:
-            path = str(ev.get("path") or "")
-            where = short_path(path)
-            if where != path and path not in full_paths:
-                full_paths.append(path)
-            if ev.get("line") is not None:
-                where += ":%s" % ev["line"]
-            if evidence is not None:
-                line_no = ev.get("line")
-                evidence.append((text.plain.count("\n"), path, line_no if isinstance(line_no, int) else None))
-            text.append("    %s" % where, "cyan")
-            if ev.get("text"):
-                text.append("  %s" % ev["text"])
-            text.append("\n")
-        for path in full_paths:  # the file's full path once, under its lines
-            text.append("      in %s\n" % path, "dim")
-    alternatives = [a for a in diag.get("alternatives") or [] if isinstance(a, dict)]
-    if alternatives:  # top-3: the other explanations worth a look, each with its best evidence line
-        text.append("\nAlso possible\n", "bold")
-        for alt in alternatives:
-            text.append("  %s" % operator_text(str(alt.get("label") or alt.get("code") or "?")), "bold")
-            text.append("  %s\n" % operator_text(str(alt.get("summary") or "")))
-            for ev in (alt.get("evidence") or [])[:1]:
-                where = short_path(str(ev.get("path") or ""))
-                if ev.get("line") is not None:
-                    where += ":%s" % ev["line"]
-                text.append("    %s" % where, "cyan")
-                text.append("  %s\n" % (ev.get("text") or ""))
-    steps = [s for s in diag.get("steps") or [] if not (isinstance(s, dict) and s.get("name") == "verdict")]
-    if steps:  # (the verdict step repeats the line at the top)
-        text.append("\nWhat was checked\n", "bold")
-        width = max((len(str(s.get("name", "?"))) for s in steps if isinstance(s, dict)), default=10) + 1
-        for step in steps:
-            if not isinstance(step, dict):
-                text.append("  · %s\n" % step, "dim")
-                continue
-            status = str(step.get("status") or "")
-            text.append("  %s" % str(step.get("name", "?")).ljust(width))
-            text.append("%-8s" % status, STEP_STYLE.get(status, "dim"))
-            text.append("%s\n" % operator_text(str(step.get("summary") or "")))
-            for line in step.get("lines") or []:
-                text.append("      %s\n" % line, "dim")
-    return text
-
-
-def probes_text(inst: InstanceState) -> Text:
-    text = Text(no_wrap=True)
-    if not inst.probes:
-        text.append("No probe output yet — press p to run a probe.\n", "dim")
-        return text
-    for name, data in sorted(inst.probes.items(), key=lambda kv: kv[1].get("at", 0)):  # the newest last
-        text.append("%s" % data.get("title") or name, "bold")
-        text.append("  (%s, %s ago)\n" % (name, format_age(time.time() - data.get("at", time.time()))), "dim")
-        for line in data.get("lines") or []:
-            text.append("  %s\n" % line)
-        text.append("\n")
-    return text
 
 
 def header_text(inst: InstanceState, demo: bool, read_only: bool, retry_at: Optional[float] = None) -> Text:
