@@ -268,3 +268,12 @@ def test_the_layer_rules_catch_what_they_are_for(tmp_path: Path) -> None:
     assert find_cycle(graph) == ["console.core.state", "console.ui.app", "console.core.state"]
     assert find_cycle(import_graph(tmp_path, ("console",))) is None  # invisible at module level
     assert "console.agent.sample.gpu" in graph["console.ui.app"]
+
+
+MAX_FILE_LINES = 600  # a product file longer than this has more than one job: split it by job
+
+
+def test_no_product_file_is_over_600_lines() -> None:
+    long = {str(path.relative_to(ROOT)): n for path in module_files(ROOT, PACKAGES).values()
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_FILE_LINES}
+    assert not long, f"over {MAX_FILE_LINES} lines: {long}"

@@ -9,23 +9,23 @@ llama.cpp/ggml, lotus, curl, wget, huggingface_hub, the NVIDIA driver and the ke
 ``[[signature]]`` rows of fleet.toml come in through ``compile_custom`` and are tried before the built-ins.
 
 ``download_stalled`` and ``hung`` are not here: they come from progress that stopped moving
-(``console.agent.diagnosis.progress``). Also here: reading the tail of a log efficiently, with ``\\r``
-progress collapsed to its last state (the repaints kept apart when asked) and line numbers that match
-the file's newline-numbered lines, and recognising progress-bar lines.
+(``console.agent.diagnosis.progress``). The table's prefilter is ``prefilter.py``, reading a log's tail
+``tails.py`` (both re-exported here).
 """
 
 from __future__ import annotations
 
-import os
 import re
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Pattern, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Pattern, Sequence, Tuple
 
+from .prefilter import Plan, Signature, match_line_fast, plan, triggers
+from .tails import MAX_REPAINTS, collapse_cr, progress_percent, read_tail
 
-class Signature(NamedTuple):
-    code: str
-    severity: str  # "info" | "warning" | "error" | "critical"
-    pattern: Pattern[str]
-    explanation: str
+__all__ = [
+    "COMPLETED", "HARMLESS", "MAX_REPAINTS", "SIGNATURES", "Plan", "Signature", "builtin_plan", "collapse_cr",
+    "compile_custom", "is_completion", "is_harmless", "match_line", "match_line_fast", "plan", "progress_percent",
+    "read_tail", "scan_lines", "triggers",
+]
 
 
 def _sig(code: str, severity: str, pattern: str, explanation: str, flags: int = re.IGNORECASE) -> Signature:
@@ -330,139 +330,6 @@ def match_line(text: str, table: Optional[Sequence[Signature]] = None) -> Option
     return None
 
 
-# -- a cheap prefilter: most log lines match no row, and a few substring tests say so ----------------------
-_SPECIAL = set(".^$*+?{}[]()|")
-_TRIGGERS: Dict[str, Optional[Tuple[str, ...]]] = {}
-
-
-def _branches(pattern: str) -> List[str]:
-    """The top-level alternatives of a regex (``a|(?:b|c)d`` -> ``a``, ``(?:b|c)d``)."""
-    out, depth, start, i = [], 0, 0, 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "[":  # a character class: skip to its end
-            j = i + 1
-            while j < len(pattern) and pattern[j] != "]":
-                j += 2 if pattern[j] == "\\" else 1
-            i = j + 1
-            continue
-        if c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-        elif c == "|" and depth == 0:
-            out.append(pattern[start:i])
-            start = i + 1
-        i += 1
-    out.append(pattern[start:])
-    return out
-
-
-def _literal(branch: str) -> Optional[str]:
-    """The longest run of plain characters a branch needs, outside groups and classes (None: none of 3+)."""
-    runs: List[str] = []
-    cur: List[str] = []
-    depth, i = 0, 0
-    while i < len(branch):
-        c = branch[i]
-        nxt = branch[i + 1] if i + 1 < len(branch) else ""
-        if c == "\\":
-            esc = nxt
-            i += 2
-            optional = i < len(branch) and branch[i] in "?*{"
-            if depth == 0 and esc and not esc.isalnum() and not optional:
-                cur.append(esc)
-            else:
-                runs.append("".join(cur))
-                cur = []
-            continue
-        if c == "[":
-            runs.append("".join(cur))
-            cur = []
-            j = i + 1
-            while j < len(branch) and branch[j] != "]":
-                j += 2 if branch[j] == "\\" else 1
-            i = j + 1
-            continue
-        if c in "()":
-            depth += 1 if c == "(" else -1
-            runs.append("".join(cur))
-            cur = []
-        elif c in _SPECIAL or nxt in ("?", "*", "{") or depth > 0:
-            runs.append("".join(cur))
-            cur = []
-        else:
-            cur.append(c)
-        i += 1
-    runs.append("".join(cur))
-    best = max(runs, key=len)
-    return best.lower() if len(best.strip()) >= 3 else None
-
-
-def triggers(pattern: str) -> Optional[Tuple[str, ...]]:
-    """Lower-case substrings of which a line must hold one for ``pattern`` to match it, or None (no cheap test).
-    Used with case-insensitive patterns: ``text.lower()`` is tested."""
-    if pattern in _TRIGGERS:
-        return _TRIGGERS[pattern]
-    found: List[str] = []
-    for branch in _branches(pattern):
-        lit = _literal(branch)
-        if lit is None:
-            found = []
-            break
-        found.append(lit)
-    result = tuple(found) if found else None
-    if len(_TRIGGERS) > 512:
-        _TRIGGERS.clear()
-    _TRIGGERS[pattern] = result
-    return result
-
-
-class Plan(NamedTuple):
-    """A table ready for scanning: each row with its prefilter, and the union of them (None: some row has none)."""
-
-    rows: List[Tuple[Signature, Optional[Tuple[str, ...]]]]
-    union: Optional[Tuple[str, ...]]
-
-
-def plan(rows: Sequence[Signature]) -> Plan:
-    out = []
-    union: Optional[List[str]] = []
-    for sig in rows:
-        trig = triggers(sig.pattern.pattern) if sig.pattern.flags & re.IGNORECASE else None
-        out.append((sig, trig))
-        if trig is None:
-            union = None
-        elif union is not None:
-            union.extend(t for t in trig if t not in union)
-    return Plan(out, tuple(union) if union is not None else None)
-
-
-def match_line_fast(text: str, table: Plan) -> Optional[Signature]:
-    """``match_line`` with the substring prefilter (the same answer; most lines cost one pass of ``in`` tests
-    over the union of the rows' literals, and a row's regex runs only when one of its literals is there)."""
-    low = text.lower()
-    if table.union is not None:
-        present = {t for t in table.union if t in low}
-        if not present:
-            return None
-        for sig, trig in table.rows:
-            if trig is not None and present.isdisjoint(trig):
-                continue
-            if sig.pattern.search(text):
-                return sig
-        return None
-    for sig, trig in table.rows:
-        if trig is not None and not any(t in low for t in trig):
-            continue
-        if sig.pattern.search(text):
-            return sig
-    return None
-
-
 _BUILTIN_PLAN: List[Plan] = []
 
 
@@ -494,122 +361,3 @@ def scan_lines(
     return hits
 
 
-# -- progress bars ---------------------------------------------------------------------------------
-_PCT = r"(\d{1,3}(?:\.\d+)?)\s?%"
-# curl -# ("####   48.3%"), tqdm ("45%|####  | 463/1024"), wget ("45%[=====>   ] 463M"), curl's meter
-# (" 45 1024M   45  463M    0     0  10.2M      0  0:01:40  0:00:45  0:00:55 10.3M").
-_PROGRESS_RES = [
-    re.compile(r"^[\s#=>.\-*]*?[#=>*]*\s*" + _PCT + r"\s*$"),
-    re.compile(r"^\s*(?:[^|]{0,80}:\s*)?" + _PCT + r"\s*\|"),
-    re.compile(r"^.{0,80}?\s" + _PCT + r"\s*\[[=> ]*\]"),
-    re.compile(r"^\s*(\d{1,3})\s+\d+(?:\.\d+)?[kKMGT]?\s+\d{1,3}\s+\d+(?:\.\d+)?[kKMGT]?\s+\d{1,3}\s+"),
-]
-
-
-def progress_percent(text: str) -> Optional[float]:
-    """The percent shown by a progress-bar line (curl -#, curl meter, tqdm, wget), else None."""
-    if len(text) > 400:
-        return None
-    for rx in _PROGRESS_RES:
-        m = rx.search(text)
-        if m:
-            try:
-                value = float(m.group(1))
-            except ValueError:
-                continue
-            if 0.0 <= value <= 100.0:
-                return value
-    return None
-
-
-# -- reading a log's tail --------------------------------------------------------------------------
-def collapse_cr(line: str) -> str:
-    """A line as a terminal shows it: ``\\r`` progress collapsed to its last non-empty state."""
-    if "\r" not in line:
-        return line
-    parts = [p for p in line.split("\r") if p.strip()]
-    return parts[-1] if parts else ""
-
-
-MAX_REPAINTS = 2000  # the states of one repainted line kept for the progress analysis
-
-# path -> ((st_dev, st_ino), byte offset, newlines before it, the 64 bytes before it): repeated
-# diagnoses of a growing log only count the new part. A file truncated or replaced (other inode,
-# offset past the tail, other bytes before the offset) is counted again.
-_NEWLINE_CACHE: Dict[str, Tuple[Tuple[int, int], int, int, bytes]] = {}
-
-
-def read_tail(
-    path: str,
-    max_lines: int = 2000,
-    max_bytes: int = 8 * 1024 * 1024,
-    max_line_chars: int = 4096,
-    repaints: Optional[Dict[int, List[str]]] = None,
-) -> Tuple[List[str], int]:
-    """The last ``max_lines`` lines of a file and the 1-based number of the first one.
-
-    Lines are numbered as the file's ``\\n``-separated lines (a final line without ``\\n`` counts);
-    ``\\r`` progress within a line is collapsed to its last state. Only the end of the file is
-    decoded; the line number comes from counting newlines before it in 1 MiB chunks. ``repaints``, when
-    given, receives for the last few lines that hold ``\\r`` repaints (a progress meter redrawn in place)
-    their states in order, by index into the returned lines: how a stalled meter is told from a moving one.
-    """
-    with open(path, "rb") as fh:
-        fh.seek(0, os.SEEK_END)
-        size = fh.tell()
-        block = 64 * 1024
-        pos = size
-        data = b""
-        while pos > 0 and data.count(b"\n") <= max_lines and len(data) < max_bytes:
-            step = min(block, pos)
-            pos -= step
-            fh.seek(pos)
-            data = fh.read(step) + data
-        start = pos
-        if pos > 0:
-            # drop the partial first line so numbering starts at a real line
-            cut = data.find(b"\n")
-            if cut < 0:
-                return [], 1
-            start = pos + cut + 1
-            data = data[cut + 1 :]
-        raw = data.split(b"\n")
-        if raw and raw[-1] == b"":
-            raw.pop()
-        if len(raw) > max_lines:
-            skipped = raw[: len(raw) - max_lines]
-            start += sum(len(r) + 1 for r in skipped)
-            raw = raw[len(raw) - max_lines :]
-        # count lines before ``start`` (from where the last count of this same file stopped)
-        st = os.fstat(fh.fileno())
-        key = (st.st_dev, st.st_ino)
-        cached = _NEWLINE_CACHE.get(path)
-        newlines, counted = 0, 0
-        if cached is not None and cached[0] == key and cached[1] <= start:
-            fh.seek(max(0, cached[1] - 64))
-            if fh.read(min(64, cached[1])) == cached[3]:  # same bytes there: not truncated and rewritten
-                counted, newlines = cached[1], cached[2]
-        fh.seek(counted)
-        remaining = start - counted
-        while remaining > 0:
-            chunk = fh.read(min(1024 * 1024, remaining))
-            if not chunk:
-                break
-            newlines += chunk.count(b"\n")
-            remaining -= len(chunk)
-        if len(_NEWLINE_CACHE) > 256:
-            _NEWLINE_CACHE.clear()
-        end = start - remaining
-        fh.seek(max(0, end - 64))
-        _NEWLINE_CACHE[path] = (key, end, newlines, fh.read(min(64, end)))
-    lines = [collapse_cr(r.decode("utf-8", "replace"))[:max_line_chars] for r in raw]
-    if repaints is not None:
-        found = 0
-        for index in range(len(raw) - 1, max(-1, len(raw) - 50), -1):
-            if b"\r" in raw[index]:
-                states = [p for p in raw[index].decode("utf-8", "replace").split("\r") if p.strip()]
-                repaints[index] = [p[:400] for p in states[-MAX_REPAINTS:]]
-                found += 1
-                if found >= 3:
-                    break
-    return lines, newlines + 1
