@@ -12,7 +12,9 @@ printed them (``tmp/*.log``) and ``incident.json``:
                  basename and ``argv[0]`` all read that name), or an interpreter (``python3``, ``bash``) that runs
                  ``script`` (a stand-in script of that name written into the run folder). ``state``: ``sleep``
                  (default), ``busy`` (spins a CPU, niced), ``stopped`` (SIGSTOP), ``zombie`` (exits, never reaped),
-                 ``exit`` (ran and was reaped: gone), ``wait`` (a bash script blocked in ``wait`` on its children).
+                 ``exit`` (ran and was reaped: gone), ``wait`` (a bash script blocked in ``wait`` on its children),
+                 ``listen`` (listens on 127.0.0.1:``port``, then sleeps: a server up), ``write`` (writes about
+                 4 MiB/s into ``file``, default a file in the run folder outside the watched dirs: a checkpoint save).
                  ``children`` are started by their parent, so the tree is real. ``$tmp`` / ``$run`` in ``args``
                  become the run's log folder / run folder.
 ``gpu``          the fake NVML state (the schema of ``tests/fakes/nvml.py``): ``{"driver", "cuda_driver_version",
@@ -25,7 +27,7 @@ printed them (``tmp/*.log``) and ``incident.json``:
 ``settle``       seconds between starting the stand-ins and setting the log times (default 0.3): a log that the
                  running process wrote must not look older than the process.
 ``stall_seconds`` the instance's ``stall_seconds`` (default 120).
-``benchmark``    overrides of the fleet's ``[benchmark]`` (``match``, ``entrypoint``, ``log``, ``progress``).
+``benchmark``    overrides of the fleet's ``[benchmark]`` (``match``, ``entrypoint``, ``log``, ``progress``, ``kind``).
 ``logs``         configured ``logs`` (default: none; ``watch_dirs`` is the run's log folder).
 
 Per incident, the GPU state, the kernel log and the environment reach the agent through the instance's
@@ -71,6 +73,9 @@ STANDIN_C = r"""
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 static void on_child(int sig) { (void)sig; }
 int main(void) {
     const char *st = getenv("STANDIN_STATE");
@@ -92,6 +97,26 @@ int main(void) {
         return code ? atoi(code) : 0;
     }
     if (st && !strcmp(st, "busy")) { volatile unsigned long n = 0; for (;;) n++; }
+    if (st && !strcmp(st, "listen") && getenv("STANDIN_PORT")) {  /* a server up: listens, serves nothing */
+        int s = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+        struct sockaddr_in a;
+        memset(&a, 0, sizeof a);
+        a.sin_family = AF_INET;
+        a.sin_port = htons((unsigned short)atoi(getenv("STANDIN_PORT")));
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(s, (struct sockaddr *)&a, sizeof a) == 0) listen(s, 16);
+    }
+    if (st && !strcmp(st, "write") && getenv("STANDIN_FILE")) {  /* ~4 MiB/s into one file, rewritten */
+        static char buf[65536];
+        memset(buf, 'x', sizeof buf);
+        for (;;) {
+            int fd = open(getenv("STANDIN_FILE"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            for (int i = 0; i < 16 && fd >= 0; i++) if (write(fd, buf, sizeof buf) < 0) break;
+            if (fd >= 0) close(fd);
+            usleep(250000);
+        }
+    }
     for (;;) pause();
 }
 """
@@ -105,6 +130,22 @@ if state in ("exit", "zombie"):
 if state == "busy":
     while True:
         pass
+if state == "listen" and os.environ.get("STANDIN_PORT"):
+    import socket
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        server.bind(("127.0.0.1", int(os.environ["STANDIN_PORT"])))
+        server.listen(16)
+    except OSError:
+        pass
+if state == "write" and os.environ.get("STANDIN_FILE"):
+    block = b"x" * 65536
+    while True:
+        with open(os.environ["STANDIN_FILE"], "wb") as out:
+            for _ in range(16):
+                out.write(block)
+        time.sleep(0.25)
 while True:
     time.sleep(3600)
 """
@@ -248,7 +289,9 @@ class Runner:
         self.sshd: Any = None
         self.nvml_dir: Path | None = None
         self.progress_key = False  # does the fleet file accept ``[benchmark] progress`` yet?
+        self.kind_key = False  # ... and ``[benchmark] kind``? (an older engine scored on a newer corpus)
         self._count = 0
+        self._writers = 0
         self._lock = threading.Lock()
         self.isolate = False  # a PID namespace per incident (root, util-linux unshare/nsenter)
 
@@ -270,7 +313,8 @@ class Runner:
             dest.mkdir(exist_ok=True)
             built = Path(builder(dest))
             self.nvml_dir = built if built.is_dir() else built.parent
-        self.progress_key = self._accepts_progress()
+        self.progress_key = self._accepts('progress = "x"')
+        self.kind_key = self._accepts('kind = "batch"')
         self.isolate = _can_isolate()
         self.sshd = Sshd(self.workdir / "sshd")
         self.sshd.start()
@@ -280,11 +324,12 @@ class Runner:
         if self.sshd is not None:
             self.sshd.stop()
 
-    def _accepts_progress(self) -> bool:
+    def _accepts(self, benchmark_line: str) -> bool:
+        """Does the fleet file accept this ``[benchmark]`` line?"""
         from console.inventory import ConfigError, load_fleet
 
         probe = self.workdir / "probe-fleet.toml"
-        probe.write_text('[benchmark]\nprogress = "x"\n\n[[instance]]\nname = "p"\nhost = "127.0.0.1"\n')
+        probe.write_text(f'[benchmark]\n{benchmark_line}\n\n[[instance]]\nname = "p"\nhost = "127.0.0.1"\n')
         try:
             load_fleet(probe)
         except ConfigError:
@@ -395,6 +440,14 @@ class Runner:
         argv0 = str(spec["argv0"])
         state = spec.get("state", "sleep")
         env = f"STANDIN_STATE={shlex.quote(state)} STANDIN_CODE={int(spec.get('exit_code', 0))}"
+        if state == "listen":
+            env += f" STANDIN_PORT={int(spec.get('port', 0))}"
+        if state == "write":
+            with self._lock:
+                self._writers += 1
+                n = self._writers
+            target = _subst(str(spec.get("file") or f"$run/written-{n}.bin"), run)
+            env += f" STANDIN_FILE={shlex.quote(target)}"
         is_script_parent = spec.get("script") and not argv0.startswith("python")
         children = (
             "" if is_script_parent else "".join(self._launch_line(c, run) + " & " for c in spec.get("children", []))
@@ -499,6 +552,8 @@ class Runner:
         bench.update(incident.spec.get("benchmark") or {})
         if not self.progress_key:
             bench.pop("progress", None)
+        if not self.kind_key:
+            bench.pop("kind", None)
         lines = ["[benchmark]"]
         for key, value in bench.items():
             if key == "log":

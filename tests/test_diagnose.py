@@ -101,7 +101,7 @@ def test_seed_headline_is_transport_error_on_the_warmup_proof(seed_tmp: Path) ->
     assert any(e["text"].endswith("100.0%") and e["line"] == 3 for e in missing["evidence"])
     assert found["gpu_idle"]["severity"] == "warning"
     names = [s["name"] for s in result["steps"]]
-    assert names == ["processes", "entrypoint", "recent_files", "logs", "signatures", "gpu", "verdict"]
+    assert names == ["processes", "entrypoint", "recent_files", "logs", "signatures", "liveness", "gpu", "verdict"]
     assert all(f["severity"] in ("info", "warning", "error", "critical") for f in result["findings"])
 
 
@@ -519,3 +519,259 @@ def test_the_console_diagnoses_an_instance_once_when_it_enters_trouble() -> None
         assert ctl.autodiag.candidates(now=3001.0) == []
 
     asyncio.run(run())
+
+
+# -- liveness, kind, finished runs, slowdown (blind round 1's classes) ------------------------------------------
+MIB = 1 << 20
+
+
+def gpu(util: int, power: float, limit: float = 350.0, mem: int = 20000 * MIB, holder: Optional[int] = None,
+        index: int = 0) -> Dict[str, Any]:
+    return {"index": index, "util": util, "power": power, "power_limit": limit, "mem_used": mem,
+            "procs": [] if holder is None else [{"pid": holder, "mem": mem}]}
+
+
+def activity(*procs: Dict[str, Any]) -> Dict[str, Any]:
+    return {"seconds": 1.0, "ephemeral": [32768, 60999], "procs": list(procs)}
+
+
+def act(pid: int, cpu: float = 0.0, io: int = 0, listen: Optional[List[int]] = None) -> Dict[str, Any]:
+    return {"pid": pid, "cpu": cpu, "io": {"rchar": 0, "wchar": io, "read_bytes": 0, "write_bytes": io},
+            "listen": listen or []}
+
+
+TRAIN_BENCH = {"match": [r"train\.py", "torchrun"], "entrypoint": [r"entrypoint\.sh"]}
+
+
+def stalled_training(tmp_path: Path, **extra: Any) -> Dict[str, Any]:
+    """Two ranks alive, their last step 10 minutes ago (stall_seconds 120)."""
+    log = tmp_path / "train.log"
+    log.write_text("".join("step %d/5000 loss 2.%02d\n" % (s, 99 - s // 10) for s in range(10, 1010, 10)))
+    now = time.time()
+    os.utime(str(log), (now - 600, now - 600))
+    procs = [rec(500, 1, "python3 /usr/local/bin/torchrun --nproc_per_node 2 train.py", start=now - 7200),
+             rec(501, 500, "python3 train.py --local-rank=0", start=now - 7200),
+             rec(502, 500, "python3 train.py --local-rank=1", start=now - 7200)]
+    facts = {"now": now, "benchmark": TRAIN_BENCH, "processes": procs, "logs": logs_of(tmp_path), "files": [],
+             "stall_seconds": 120, "gpu": {"state": "ok", "devices": [gpu(0, 60.0, holder=501)]},
+             "activity": activity(act(500), act(501), act(502))}
+    facts.update(extra)
+    return facts
+
+
+def test_a_stalled_log_with_nothing_moving_is_hung(tmp_path: Path) -> None:
+    result = dg.analyze(stalled_training(tmp_path))
+    assert result["verdict"]["code"] == "hung"
+    assert "nothing moves" in result["verdict"]["summary"]
+
+
+def test_a_checkpoint_save_or_a_cpu_phase_keeps_a_silent_run_alive(tmp_path: Path) -> None:
+    saving = stalled_training(tmp_path, activity=activity(act(500), act(501, cpu=0.4, io=80 * MIB), act(502)))
+    result = dg.analyze(saving)
+    assert result["verdict"]["code"] == "healthy", result["verdict"]
+    assert "I/O" in result["verdict"]["summary"]
+    assert "gpu_idle" not in by_code(result)
+    compiling = stalled_training(tmp_path, activity=activity(act(500), act(501, cpu=1.0), act(502, cpu=1.0)))
+    assert dg.analyze(compiling)["verdict"]["code"] == "healthy"
+
+
+def test_real_gpu_work_is_alive_and_a_spinning_gpu_is_hung(tmp_path: Path) -> None:
+    working = stalled_training(tmp_path, gpu={"state": "ok", "devices": [gpu(98, 330.0, holder=501)]})
+    assert dg.analyze(working)["verdict"]["code"] == "healthy"
+    # 100 % util at 100 W of 350 W: a stuck collective; the ranks' CPU spins with it and does not count
+    spinning = stalled_training(tmp_path, gpu={"state": "ok", "devices": [gpu(100, 100.0, holder=501)]},
+                                activity=activity(act(500), act(501, cpu=1.0), act(502, cpu=1.0)))
+    result = dg.analyze(spinning)
+    assert result["verdict"]["code"] == "hung"
+    assert "spinning" in result["verdict"]["summary"]
+    # without a power reading a pinned GPU proves nothing either way: the stalled log decides
+    blind = stalled_training(tmp_path, gpu={"state": "ok", "devices": [{"index": 0, "util": 100, "procs": []}]},
+                             activity=activity(act(501, cpu=1.0)))
+    assert dg.analyze(blind)["verdict"]["code"] == "hung"
+
+
+def server_facts(tmp_path: Path, cmdline: str, listen: Optional[List[int]] = None, mem: int = 6000 * MIB,
+                 kind: Optional[str] = None, log_text: str = "INFO:     Application startup complete.\n"
+                 ) -> Dict[str, Any]:
+    log = tmp_path / "server.log"
+    log.write_text(log_text)
+    now = time.time()
+    os.utime(str(log), (now - 900, now - 900))
+    bench = {"match": [cmdline.split()[0].rsplit("/", 1)[-1] if not cmdline.startswith("python3") else
+                       cmdline.split()[1].rsplit("/", 1)[-1].replace(".", r"\.")]}
+    if kind:
+        bench["kind"] = kind  # type: ignore[assignment]
+    return {"now": now, "benchmark": bench, "processes": [rec(41, 1, cmdline, start=now - 3600)],
+            "logs": logs_of(tmp_path), "files": [], "stall_seconds": 120,
+            "gpu": {"state": "ok", "devices": [gpu(0, 25.0, mem=mem, holder=41 if mem else None)]},
+            "activity": activity(act(41, listen=listen))}
+
+
+def test_an_idle_server_with_its_model_loaded_is_healthy(tmp_path: Path) -> None:
+    result = dg.analyze(server_facts(tmp_path, "vllm serve Qwen/Qwen2.5-7B-Instruct --port 8000", listen=[8000]))
+    assert result["verdict"]["code"] == "healthy", result["verdict"]
+    assert "waiting for requests" in result["verdict"]["summary"]
+    steps = {s["name"]: s for s in result["steps"]}
+    assert steps["liveness"]["summary"].startswith("server")
+    # a program that is no known server, found listening on a fixed port: guessed a server
+    assert dg.analyze(server_facts(tmp_path, "python3 app.py", listen=[7860]))["verdict"]["code"] == "healthy"
+    # the same process said to be a batch job: idle GPUs and nothing moving are trouble
+    batch = dg.analyze(server_facts(tmp_path, "python3 app.py", listen=[7860], kind="batch"))
+    assert batch["verdict"]["code"] == "gpu_idle"
+    # a server with no model on any GPU is not waiting for requests: its GPUs are idle for nothing
+    empty = dg.analyze(server_facts(tmp_path, "vllm serve x", listen=[8000], mem=0))
+    assert empty["verdict"]["code"] == "gpu_idle" and "no model" in empty["verdict"]["summary"]
+
+
+def test_the_kind_guess() -> None:
+    from console.agent.diagnosis.liveness import guess_kind
+
+    def kind(*cmdlines: str, ports: Optional[Dict[int, List[int]]] = None, configured: Optional[str] = None) -> str:
+        procs = [rec(10 + i, 1, c) for i, c in enumerate(cmdlines)]
+        facts = {"benchmark": {"kind": configured},
+                 "activity": activity(*(act(p, listen=ls) for p, ls in (ports or {}).items()))}
+        return guess_kind(facts, procs)[0]
+
+    assert kind("python3 -m vllm.entrypoints.openai.api_server --model x") == "server"
+    assert kind("ollama serve") == "server" and kind("ollama run llama3") == "batch"
+    assert kind("python3 main.py --listen 0.0.0.0 --port 8188") == "server"  # ComfyUI
+    assert kind("python3 /usr/local/bin/jupyter lab") == "server"
+    assert kind("python3 /usr/local/bin/jupyter nbconvert --execute x.ipynb") == "batch"
+    assert kind("python3 -m sglang.bench_serving --backend sglang") == "batch"
+    assert kind("python3 app.py", ports={10: [7860]}) == "server"  # listens on a fixed port ...
+    assert kind("python3 app.py", ports={10: [41234]}) == "batch"  # ... not an ephemeral one (NCCL, gloo)
+    assert kind("python3 train.py", ports={10: [12355]}) == "batch"  # a trainer's MASTER_PORT is no server
+    assert kind("python3 /usr/local/bin/torchrun train.py", ports={10: [29500]}) == "batch"
+    assert kind("/opt/cuzk-daemon --listen 0.0.0.0:9820", "/opt/cuzk-bench --proofs 10") == "batch"  # a client
+    assert kind("vllm serve x", configured="batch") == "batch"
+    assert kind("python3 train.py", configured="server") == "server"
+
+
+def test_a_run_still_loading_its_weights_is_starting(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("INFO 07-09 11:52:29 Load weight begin. avail mem=78.49 GB\n"
+                   + "".join("Loading safetensors checkpoint shards:  %d%% Completed | %d/17 [00:%02d<01:52,  7.01s/it]"
+                             "\n" % (n * 100 // 17, n, n * 7) for n in range(0, 8)))
+    now = time.time()
+    os.utime(str(log), (now - 3, now - 3))
+    facts = {"now": now, "benchmark": {"match": ["vllm"]}, "logs": logs_of(tmp_path), "files": [],
+             "processes": [rec(41, 1, "vllm serve /models/Qwen3-32B --tensor-parallel-size 2", start=now - 400)],
+             "gpu": {"state": "ok", "devices": [gpu(0, 110.0, limit=700.0, mem=27000 * MIB, holder=41)]},
+             "activity": activity(act(41, cpu=0.9, io=0))}
+    result = dg.analyze(facts)
+    assert result["verdict"]["code"] == "starting", result["verdict"]
+    assert "loading" in result["verdict"]["summary"]
+
+
+FINISHED = [
+    ("Epoch 29: 100%|##########| 1000/1000 [00:53<00:00, 18.79it/s, loss=0.00167]\n"
+     "`Trainer.fit` stopped: `max_steps=30000` reached.\n"
+     "Epoch 29: 100%|##########| 1000/1000 [00:53<00:00, 18.78it/s, loss=0.00171]\n", "max_steps=30000"),
+    ("300 epochs completed in 5.123 hours.\nOptimizer stripped from runs/detect/train/weights/last.pt, 6.2MB\n"
+     "Results saved to runs/detect/train\n", "Results saved to"),
+    ("Benchmark results:\n  throughput: 812.4 tok/s\n  p50 latency: 41.2 ms\n+ echo 'bench exit code: 0'\n"
+     "bench exit code: 0\n", "exit code: 0"),
+    ("hf (pretrained=meta-llama/Llama-3.1-8B), gen_kwargs: (None), limit: None, batch_size: 8\n"
+     "|  Tasks  |Version|Filter|n-shot| Metric |   |Value |   |Stderr|\n"
+     "|---------|------:|------|-----:|--------|---|-----:|---|-----:|\n"
+     "|hellaswag|      1|none  |     0|acc     |↑  |0.6003|±  |0.0049|\n"
+     "|         |       |none  |     0|acc_norm|↑  |0.7906|±  |0.0041|\n", "|  Tasks  |Version|"),
+    ("Saving model checkpoint to /out/final\nDone.\n", "Done."),
+]
+NOT_FINISHED = [
+    "Training completed. Do not forget to share your model on huggingface.co/models =)\n"
+    "Segmentation fault (core dumped)\n",
+    "Benchmark results:\n  throughput: 812.4 tok/s\n+ echo 'bench exit code: 1'\nbench exit code: 1\n",
+    "Download Results:\ngid   |stat|avg speed  |path/URI\nb71c2e|ERR |       0B/s|/var/tmp/x.params\n"
+    "parameter fetch failed (aria2c exit 1)\n",
+    "***** train metrics *****\n  epoch = 3.0\nTraceback (most recent call last):\n"
+    "  File \"train.py\", line 9, in <module>\nRuntimeError: CUDA error: an illegal memory access was encountered\n",
+    "Model saved to /out/ckpt-1000\nstep 1010/5000 loss 1.2\nstep 1020/5000 loss 1.2\n",
+]
+
+
+@pytest.mark.parametrize("text,evidence", FINISHED, ids=["lightning", "yolo", "results-exit-0", "table", "done"])
+def test_a_run_whose_last_words_say_it_completed_is_finished(tmp_path: Path, text: str, evidence: str) -> None:
+    (tmp_path / "run.log").write_text(text)
+    facts = {"now": time.time(), "benchmark": TRAIN_BENCH, "logs": logs_of(tmp_path), "files": [], "processes": []}
+    result = dg.analyze(facts)
+    assert result["verdict"]["code"] == "finished", result["verdict"]
+    assert any(evidence in e["text"] for e in by_code(result)["finished"]["evidence"])
+
+
+@pytest.mark.parametrize("text", NOT_FINISHED, ids=["segfault-after", "exit-1", "aria2c", "traceback", "went-on"])
+def test_a_failure_in_the_last_words_is_not_finished(tmp_path: Path, text: str) -> None:
+    (tmp_path / "run.log").write_text(text)
+    facts = {"now": time.time(), "benchmark": TRAIN_BENCH, "logs": logs_of(tmp_path), "files": [], "processes": []}
+    assert dg.analyze(facts)["verdict"]["code"] != "finished"
+
+
+def test_steps_three_times_slower_than_earlier_are_a_warning(tmp_path: Path) -> None:
+    now = time.time()
+
+    def facts_for(rates: List[float]) -> Dict[str, Any]:
+        (tmp_path / "train.log").write_text("".join(
+            " %d%%|#| %d/5000 [01:00<10:00, %.2fit/s]\n" % (i // 50, i, r) for i, r in enumerate(rates, 1)))
+        os.utime(str(tmp_path / "train.log"), (now - 2, now - 2))
+        return {"now": now, "benchmark": TRAIN_BENCH, "logs": logs_of(tmp_path), "files": [], "stall_seconds": 120,
+                "processes": [rec(501, 1, "python3 train.py", start=now - 7200)],
+                "gpu": {"state": "ok", "devices": [gpu(97, 300.0, holder=501)]}, "activity": activity(act(501, 1.0))}
+
+    result = dg.analyze(facts_for([3.5] * 30 + [1.0] * 10))
+    assert result["verdict"]["code"] == "slowed_down", result["verdict"]
+    assert result["verdict"]["severity"] == "warning" and "3.5x slower" in result["verdict"]["summary"]
+    assert dg.analyze(facts_for([3.5] * 30 + [1.4] * 10))["verdict"]["code"] == "healthy"  # 2.5x: not yet
+
+
+def test_gather_measures_cpu_io_and_listening_ports(tmp_path: Path) -> None:
+    """The diagnose op's own measurement (activity.py) on real processes: a spinner, a writer, a listener."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    scripts = {
+        "spin_worker.py": "while True:\n    pass\n",
+        "save_worker.py": "import time\nwhile True:\n    with open(%r, 'wb') as f:\n        f.write(b'x' * (1 << 22))\n"
+                          "    time.sleep(0.1)\n" % str(tmp_path / "ckpt.bin"),
+        "serve_worker.py": "import socket, time\ns = socket.socket()\ns.bind(('127.0.0.1', %d))\ns.listen(1)\n"
+                           "time.sleep(60)\n" % port,
+    }
+    children = []
+    try:
+        for name, body in scripts.items():
+            (tmp_path / name).write_text(body)
+            children.append(subprocess.Popen([sys.executable, str(tmp_path / name)]))
+        time.sleep(0.5)
+        config = agent_config.merged({"watch_dirs": [str(tmp_path / "none")],
+                                      "benchmark": {"match": [r"spin_worker", r"save_worker", r"serve_worker"]}})
+        started = time.monotonic()
+        facts = dg.gather(config, include_dmesg=False, measure_seconds=0.5)
+        assert time.monotonic() - started >= 0.5
+        by_pid = {p["pid"]: p for p in facts["activity"]["procs"]}
+        spin, save, serve = (by_pid[c.pid] for c in children)
+        assert spin["cpu"] > 0.1
+        if save["io"] is not None:  # /proc/PID/io needs the same user: ours
+            assert save["io"]["wchar"] >= 1 << 22
+        assert serve["listen"] == [port]
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+
+
+def test_the_fleet_file_kind_reaches_the_agent(tmp_path: Path) -> None:
+    from console.inventory import ConfigError, load_fleet
+
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text('[benchmark]\nmatch = ["vllm"]\nkind = "server"\n\n[[instance]]\nname = "a"\nhost = "h"\n')
+    inst = load_fleet(fleet).instances[0]
+    assert inst.benchmark.kind == "server" and inst.agent_config()["benchmark"]["kind"] == "server"
+    fleet.write_text('[benchmark]\nmatch = ["vllm"]\n\n[[instance]]\nname = "a"\nhost = "h"\n')
+    assert "kind" not in load_fleet(fleet).instances[0].agent_config()["benchmark"]  # the agent guesses
+    fleet.write_text('[benchmark]\nmatch = ["vllm"]\nkind = "daemon"\n\n[[instance]]\nname = "a"\nhost = "h"\n')
+    with pytest.raises(ConfigError) as err:
+        load_fleet(fleet)
+    assert ":3:" in str(err.value) and "'batch' or 'server'" in str(err.value)

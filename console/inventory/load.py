@@ -268,6 +268,7 @@ class _Builder:
             stop_timeout=float(given.get("stop_timeout", base.stop_timeout)),
             env=tuple(sorted((k, str(v)) for k, v in env.items())) if env is not None else base.env,
             progress=given.get("progress", base.progress),
+            kind=given.get("kind", base.kind),
         )
 
     def instance(

@@ -20,6 +20,7 @@ class BenchmarkSpec:
     stop_timeout: float = 10.0
     env: tuple[tuple[str, str], ...] = ()  # extra environment for the started benchmark
     progress: str | None = None  # regex for the benchmark's own progress lines (None: the built-in default)
+    kind: str | None = None  # "batch" | "server" (None: diagnose guesses from the processes)
 
     def as_agent_config(self) -> dict[str, Any]:
         start = list(self.start) if isinstance(self.start, tuple) else self.start
@@ -124,6 +125,8 @@ class Instance:
         benchmark = self.benchmark.as_agent_config()
         if self.benchmark.progress:  # the benchmark's own progress lines (diagnose: hung vs progressing)
             benchmark["progress"] = self.benchmark.progress
+        if self.benchmark.kind:  # batch or server (diagnose: idle GPUs are trouble or a server waiting)
+            benchmark["kind"] = self.benchmark.kind
         config: dict[str, Any] = {
             "interval": self.interval,
             "logs": list(self.logs),

@@ -50,6 +50,7 @@ DESCRIPTIONS = {
     "running_only": "true or false (not a string)",
     "vastai": "true or false (not a string)",
     "transport": "'ssh' or 'local'",
+    "kind": "'batch' or 'server'",
     "ssh": "'on_demand' or 'always'",
     "severity": "'info', 'warning', 'error' or 'critical'",
     "benchmark": "a table",
@@ -88,6 +89,7 @@ class BenchmarkRow(Struct, forbid_unknown_fields=True, omit_defaults=True):
     stop_timeout: StopTimeout | None = None
     env: dict[EnvName, str | int | float] | None = None
     progress: NonEmpty | None = None  # a regex, compiled by load
+    kind: Literal["batch", "server"] | None = None  # None: diagnose guesses (docs/diagnosis.md "Liveness")
 
 
 class HostRow(Struct, forbid_unknown_fields=True, omit_defaults=True):

@@ -15,11 +15,14 @@ from ..wire.config import DEFAULTS
 from ..wire.protocol import DiagnosisResult, Evidence, Verdict
 from ..wire.timefmt import fmt_age
 from . import codes, rank, signatures
-from .events import LOG_SLACK, SEVERITY_LEVEL, Episode, capped, kernel_episodes, level_cap, log_episodes
+from .completion import last_words, words_start
+from .events import LOG_SLACK, PERSISTENT, SEVERITY_LEVEL, Episode, kernel_episodes, log_episodes
+from .liveness import Liveness, assess, loading, saving
 from .processes import Processes, benchmark_processes, entrypoint_tree
-from .progress import LogProgress, compile_progress, log_progress
+from .progress import LogProgress, compile_progress, log_progress, step_slowdown
 from .records import Item, Step, step
 from .text import CONTEXT_RE, FAILED_RE, clean_message, context, ev, fmt_size, short
+from .timeline import Timeline
 
 MAX_EVIDENCE = 6
 IDLE_GPU_UTIL = 2  # percent
@@ -60,7 +63,7 @@ def read_progress(facts: Dict[str, Any], now: float, steps: List[Step]) -> Dict[
         last_text = next((t for t in reversed(text) if t.strip()), None)
         if last_text is not None:
             lines.append("  last: %s" % short(last_text, 120))
-        prog = log_progress(log, now, bench_re)
+        prog = log_progress(log, now, bench_re, Timeline(log, now).at)
         if prog is not None:
             out[log["path"]] = prog
             s = prog.sample
@@ -89,33 +92,107 @@ def _stall_item(log: Dict[str, Any], prog: LogProgress, now: float) -> Item:
     return Item("download_stalled", "error", summary, evidence, time=now - prog.stuck_for, order=first + idx)
 
 
-def stalls(facts: Dict[str, Any], progress: Dict[str, LogProgress], procs: Processes, now: float,
-           items: List[Item]) -> None:
-    """``download_stalled`` (a download's bytes stopped) and ``hung`` (alive, the benchmark's progress stopped)."""
+def own_progress(facts: Dict[str, Any], progress: Dict[str, LogProgress], procs: Processes
+                 ) -> Optional[Tuple[str, LogProgress]]:
+    """The benchmark's own step progress: the freshest steps log written since the benchmark started."""
+    if not procs.bench:
+        return None
+    started = procs.bench_started or 0.0
+    logs = {log["path"]: log for log in facts.get("logs") or [] if not log.get("error")}
+    own = [(p, prog) for p, prog in progress.items() if prog.sample.kind == "steps"
+           and float(logs[p].get("mtime") or 0.0) >= started - LOG_SLACK]
+    return min(own, key=lambda pp: pp[1].stuck_for) if own else None
+
+
+def stalls(facts: Dict[str, Any], progress: Dict[str, LogProgress], procs: Processes, live: Liveness, now: float,
+           items: List[Item], notes: List[str]) -> None:
+    """``download_stalled`` (a download's bytes stopped) and ``hung`` (alive, nothing moves: no progress for
+    stall_seconds, no I/O, no CPU, no GPU work; or GPUs spinning at high util and low power)."""
     stall = float(facts.get("stall_seconds") or DEFAULTS["stall_seconds"])
     logs = {log["path"]: log for log in facts.get("logs") or [] if not log.get("error")}
     for path, prog in progress.items():
         if prog.sample.kind == "download" and prog.last_line and not prog.sample.done and prog.stuck_for > stall:
             items.append(_stall_item(logs[path], prog, now))
-    if not procs.bench:
+    mine = own_progress(facts, progress, procs)
+    if mine is None:
         return
-    started = procs.bench_started or 0.0
-    own = [(p, prog) for p, prog in progress.items() if prog.sample.kind == "steps"
-           and float(logs[p].get("mtime") or 0.0) >= started - LOG_SLACK]
-    if not own:
-        return
-    path, prog = min(own, key=lambda pp: pp[1].stuck_for)
+    path, prog = mine
     if prog.stuck_for <= stall:
         return
     log = logs[path]
     first = int(log.get("first_line") or 1)
     line = log["lines"][prog.at]
-    utils = [d.get("util") for d in ((facts.get("gpu") or {}).get("devices") or []) if d.get("util") is not None]
-    gpus = "; GPUs at %s%%" % "/".join(str(u) for u in utils) if utils else ""
-    summary = "hung: no progress for %s while %d benchmark process(es) are alive (last: %s)%s" % (
-        fmt_age(prog.stuck_for), len(procs.bench), short(clean_message(line), 80), gpus)
+    spinning = live.gpus.state == "spin"
+    if live.kind == "server" and not spinning:
+        if not live.idle_server():  # else the GPU step says it better (the model, the port)
+            notes.append("no new progress for %s: a server waiting for requests" % fmt_age(prog.stuck_for))
+        return
+    moving = live.moving()  # spinning GPUs: their host threads spin too, only I/O counts then
+    if moving:
+        save = saving(log["lines"])
+        notes.append("no new step for %s, but the run is busy: %s%s" % (
+            fmt_age(prog.stuck_for), ", ".join(moving), "; %s" % save if save else ""))
+        return
+    if spinning:
+        gpus = "; GPUs spinning, not computing: %s (a stuck collective or kernel)" % live.gpus.line
+    elif live.gpus.line:
+        gpus = "; GPUs: %s" % live.gpus.line
+    else:
+        gpus = ""
+    still = ""
+    if live.measured and not spinning:
+        still = "; nothing moves (CPU %s, I/O %s)" % (
+            "?" if live.cpu is None else "%.2f core(s)" % live.cpu,
+            "unknown" if live.io_rate is None else "%s/s" % fmt_size(live.io_rate))
+    summary = "hung: no progress for %s while %d benchmark process(es) are alive (last: %s)%s%s" % (
+        fmt_age(prog.stuck_for), len(procs.bench), short(clean_message(line), 80), gpus, still)
     items.append(Item("hung", "error", summary, [ev(path, first + prog.at, line)],
                       time=now - prog.stuck_for, order=first + prog.at))
+
+
+def slowdown(facts: Dict[str, Any], progress: Dict[str, LogProgress], procs: Processes, now: float,
+             items: List[Item]) -> None:
+    """``slowed_down`` (warning): the benchmark's steps advance, but SLOWDOWN times slower than earlier in its log."""
+    stall = float(facts.get("stall_seconds") or DEFAULTS["stall_seconds"])
+    mine = own_progress(facts, progress, procs)
+    if mine is None or mine[1].stuck_for > stall:
+        return
+    path, prog = mine
+    log = next(lg for lg in facts.get("logs") or [] if lg.get("path") == path)
+    bench_re = compile_progress((facts.get("benchmark") or {}).get("progress"))
+    repaints = (log.get("repaints") or {}).get(prog.at) or (log.get("repaints") or {}).get(str(prog.at))
+    found = step_slowdown(log["lines"], prog.events, Timeline(log, now).stamp, bench_re, repaints)
+    if found is None:
+        return
+    factor, early, recent, at = found
+    first = int(log.get("first_line") or 1)
+    line = log["lines"][at]
+    summary = "steps %.1fx slower than earlier in %s (%s, was %s): %s" % (
+        factor, path.rsplit("/", 1)[-1], recent, early, short(clean_message(line), 80))
+    items.append(Item("slowed_down", "warning", summary, [ev(path, first + at, line)], time=now, order=first + at))
+
+
+def liveness_step(facts: Dict[str, Any], procs: Processes, steps: List[Step]) -> Liveness:
+    """The run's kind (batch or server) and what of it moves: CPU, I/O, ports, GPU work, a loaded model."""
+    live = assess(facts, procs.bench, procs.bench_started)
+    lines = ["kind: %s (%s)" % (live.kind, live.kind_reason)]
+    if live.measured:
+        lines.append("CPU %s, I/O %s over %.1f s" % (
+            "?" if live.cpu is None else "%.2f core(s)" % live.cpu,
+            "unknown (not readable)" if live.io_rate is None else "%s/s" % fmt_size(live.io_rate),
+            float((facts.get("activity") or {}).get("seconds") or 0.0)))
+    for pid, port in live.listening[:6]:
+        lines.append("pid %d listens on port %d" % (pid, port))
+    if live.gpus.line:
+        lines.append("GPUs %s: %s" % (live.gpus.state, live.gpus.line))
+    if live.model:
+        lines.append("model loaded: %s" % live.model)
+    if live.serving:
+        lines.append("serving: %s" % live.serving)
+    moving = live.moving()
+    steps.append(step("liveness", "info", "%s; %s" % (
+        live.kind, "moving: %s" % ", ".join(moving) if moving else "nothing moves besides the logs"), lines))
+    return live
 
 
 # -- step 5: signatures (events in time) ------------------------------------------------------------
@@ -201,8 +278,7 @@ def signature_findings(facts: Dict[str, Any], procs: Processes, progress: Dict[s
         moved = max(now - p.stuck_for for p in progress.values())
         for ep in episodes:
             mtime = ep.log.get("mtime")
-            if not ep.kernel and mtime is not None and float(mtime) < moved - 1.0 and ep.code not in (
-                    "gpu_lost", "gpu_ecc", "no_gpu_driver", "driver_mismatch"):
+            if not ep.kernel and mtime is not None and float(mtime) < moved - 1.0 and ep.code not in PERSISTENT:
                 ep.recovered = True
     by_code: Dict[str, List[Episode]] = {}
     for ep in episodes:
@@ -255,7 +331,11 @@ def signature_findings(facts: Dict[str, Any], procs: Processes, progress: Dict[s
 
 
 # -- step 6: GPUs ------------------------------------------------------------------------------------
-def gpu_state(facts: Dict[str, Any], procs: Processes, items: List[Item], steps: List[Step]) -> None:
+def gpu_state(facts: Dict[str, Any], procs: Processes, live: Liveness, items: List[Item], steps: List[Step],
+              notes: List[str]) -> None:
+    """``gpu_lost`` (a device does not answer) and ``gpu_idle``: every GPU idle while the benchmark is expected
+    to use them and nothing explains it (not a server waiting with its model loaded, not a run busy with I/O or
+    the CPU: a checkpoint save, a download, data preparation)."""
     gpu = facts.get("gpu")
     supposed_to_run = bool(procs.bench) or bool(procs.entry)
     if not gpu:
@@ -266,22 +346,51 @@ def gpu_state(facts: Dict[str, Any], procs: Processes, items: List[Item], steps:
                                                             ": %s" % gpu["message"] if gpu.get("message") else "")))
         return
     devices = gpu.get("devices") or []
-    lines = ["gpu%s util=%s%% mem=%s%s" % (d.get("index"), d.get("util"), fmt_size(d.get("mem_used")),
-                                           " LOST" if d.get("lost") else "") for d in devices]
+    lines = ["gpu%s util=%s%% mem=%s%s%s" % (
+        d.get("index"), d.get("util"), fmt_size(d.get("mem_used")),
+        "" if d.get("power") is None else " power=%.0fW%s" % (
+            float(d["power"]), "" if d.get("power_limit") is None else "/%.0fW" % float(d["power_limit"])),
+        " LOST" if d.get("lost") else "") for d in devices]
     lost = [d for d in devices if d.get("lost")]
     for d in lost:
         items.append(Item("gpu_lost", "critical",
                           "GPU lost: gpu%s does not answer (%s)" % (d.get("index"), d.get("error") or "lost"),
                           [ev("gpu:%s" % d.get("index"), None, d.get("error") or "lost")]))
     utils = [d.get("util") for d in devices if not d.get("lost") and d.get("util") is not None]
-    if supposed_to_run and utils and all(u <= IDLE_GPU_UTIL for u in utils):
+    idle = supposed_to_run and utils and all(u <= IDLE_GPU_UTIL for u in utils)
+    if idle and procs.bench and live.idle_server():
+        notes.append("a server waiting for requests: model loaded (%s), %s" % (live.model, live.serving))
+        steps.append(step("gpu", "ok", "GPUs idle: a server waiting for requests", lines))
+    elif idle and procs.bench and live.moving():
+        if not notes:  # the stall step already said what moves
+            notes.append("GPUs idle while the run is busy: %s" % ", ".join(live.moving()))
+        steps.append(step("gpu", "ok", "GPUs idle, the run busy elsewhere", lines))
+    elif idle:
+        why = ""
+        if procs.bench and live.kind == "server":
+            why = "; the server %s" % ("has no model on a GPU" if live.model is None else "does not answer yet")
         items.append(Item("gpu_idle", "warning",
-                          "all %d GPU(s) idle (util <= %d%%) while the benchmark should be running"
-                          % (len(utils), IDLE_GPU_UTIL),
+                          "all %d GPU(s) idle (util <= %d%%) while the benchmark should be running%s"
+                          % (len(utils), IDLE_GPU_UTIL, why),
                           [ev("gpu:%s" % d.get("index"), None, line) for d, line in zip(devices, lines)]))
         steps.append(step("gpu", "problem", "GPUs idle", lines))
     else:
         steps.append(step("gpu", "ok" if not lost else "problem", "%d GPU(s)" % len(devices), lines))
+
+
+def still_loading(facts: Dict[str, Any], progress: Dict[str, LogProgress], procs: Processes, live: Liveness,
+                  steps: List[Step]) -> Processes:
+    """A run still loading what it needs (its latest progress a load or download meter that moves) is starting,
+    however old its processes: the verdict's start-up rule then applies (``rank.choose``)."""
+    if not procs.bench or procs.young_entry is not None or live.idle_server():
+        return procs
+    stall = float(facts.get("stall_seconds") or DEFAULTS["stall_seconds"])
+    logs = {log["path"]: log for log in facts.get("logs") or [] if not log.get("error")}
+    line = loading(progress, logs, stall)
+    if line is None:
+        return procs
+    steps.append(step("loading", "info", "still loading: %s" % line))
+    return procs._replace(young_entry="starting: still loading: %s" % line)
 
 
 # -- step 7: finished? then the verdict ----------------------------------------------------------------
@@ -291,30 +400,17 @@ def completion(facts: Dict[str, Any], procs: Processes, items: List[Item], now: 
     if procs.bench:
         return None
     bench_re = compile_progress((facts.get("benchmark") or {}).get("progress"))
-    from .progress import parse
-    from .timeline import Timeline
-
     found: List[Tuple[float, Dict[str, Any], int]] = []
     for log in facts.get("logs") or []:
-        lines = log.get("lines") or []
+        if log.get("error"):
+            continue
         timeline = Timeline(log, now)
-        for i in range(len(lines) - 1, max(-1, len(lines) - 400), -1):
-            text = lines[i]
-            sig = signatures.match_line_fast(text, signatures.builtin_plan()) if text else None
-            if sig is not None and SEVERITY_LEVEL[capped(sig.severity, level_cap(text))] >= 2 \
-                    and not signatures.is_harmless(text):
-                break  # a failure after this point: what came before is not how the run ended
-            if signatures.is_completion(text):
-                done = True
-            else:
-                sample = parse(text, bench_re) if text else None
-                done = sample is not None and sample.kind == "steps" and sample.done and "/" in text \
-                    and "%|" not in text
-            if done:
-                found.append((timeline.at(i), log, i))
+        found.extend((timeline.at(i), log, i) for i in last_words(log, bench_re))
     if not found:
         return None
     done_at = max(t for t, _, _ in found)
+    # where the last words of the logs that say "done" begin: a failure reported there is how the run ended
+    ending = {str(log["path"]): int(log.get("first_line") or 1) + words_start(log["lines"]) for _, log, _ in found}
     for item in items:
         if item.role != "current" or SEVERITY_LEVEL.get(item.severity, 0) < 2:
             continue
@@ -322,15 +418,20 @@ def completion(facts: Dict[str, Any], procs: Processes, items: List[Item], now: 
             continue
         if item.time is None or item.time > done_at + 1.0:
             return None
+        if any(e.get("path") in ending and int(e.get("line") or 0) >= ending[str(e.get("path"))]
+               for e in item.evidence):
+            return None
     for item in items:
         if item.role == "current" and item.time is not None and item.time <= done_at + 1.0 and \
-                item.code not in rank.STARTUP_SYMPTOMS:
+                item.code not in rank.STARTUP_SYMPTOMS and codes.tier(item.code) != "hardware":
             item.role, item.severity = "history", "info"
             item.summary = "before the run finished: " + item.summary
     found.sort(key=lambda f: (f[0], f[2]))
     evidence = [ev(log["path"], int(log.get("first_line") or 1) + i, log["lines"][i]) for _, log, i in found[-6:]]
     words = [clean_message(log["lines"][i]) for _, log, i in found]
-    text = next((w for w in reversed(words) if w[:1].isalnum()), words[-1])
+    text = next((w for w in reversed(words) if w[:1].isalnum()), "")
+    if not text:
+        text = "a results table: %s" % " ".join(words[-1].split())
     return Item("finished", "info", "finished: %s" % short(text, 140), evidence, time=done_at)
 
 
@@ -347,11 +448,11 @@ def _brief(code: str, head: Item, now: float) -> str:
 
 
 def verdict(items: List[Item], procs: Processes, finished: Optional[Item], now: float,
-            steps: List[Step]) -> Verdict:
+            steps: List[Step], notes: Optional[List[str]] = None) -> Verdict:
     code, head = rank.choose(items, procs.young_entry, finished)
     if code == "healthy":
         what = "%d benchmark process(es) running" % len(procs.bench) if procs.bench else "nothing wrong found"
-        head.summary = "healthy: %s" % what
+        head.summary = "healthy: %s" % "; ".join([what, *list(notes or [])[:2]])
     out: Verdict = {"code": code, "severity": head.severity if code not in rank.FINE else "info",  # type: ignore
                     "summary": head.summary, "label": codes.label(code), "explanation": codes.explanation(code)}
     brief = _brief(code, head, now)
@@ -375,10 +476,14 @@ def analyze(facts: Dict[str, Any]) -> DiagnosisResult:
     recent_files(facts, now, steps)
     progress = read_progress(facts, now, steps)
     signature_findings(facts, procs, progress, now, items, steps)
-    stalls(facts, progress, procs, now, items)
-    gpu_state(facts, procs, items, steps)
+    live = liveness_step(facts, procs, steps)
+    notes: List[str] = []
+    stalls(facts, progress, procs, live, now, items, notes)
+    slowdown(facts, progress, procs, now, items)
+    gpu_state(facts, procs, live, items, steps, notes)
+    procs = still_loading(facts, progress, procs, live, steps)
     finished = completion(facts, procs, items, now)
-    result_verdict = verdict(items, procs, finished, now, steps)
+    result_verdict = verdict(items, procs, finished, now, steps, notes)
     findings = [i for i in items]
     findings.sort(key=lambda i: (-SEVERITY_LEVEL.get(i.severity, 0), -codes.rank(i.code)))
     if finished is not None and result_verdict["code"] == "finished":

@@ -1,8 +1,10 @@
 """Gathering: the facts a diagnosis needs, read from this host (no analysis here).
 
 ``gather(config, ...)`` returns a plain dict: the process table, recent files, log tails (with the
-``\\r`` repaints of their last lines), the kernel log, a GPU sample, and the settings the analysis uses
-(benchmark patterns, stall_seconds, the start-up grace, ``[[signature]]`` rows, the progress regex).
+``\\r`` repaints of their last lines), the kernel log, a GPU sample, the benchmark's activity (CPU time and
+I/O of its processes over the gathering, at least a second apart, and the TCP ports they listen on:
+``activity.py``), and the settings the analysis uses (benchmark patterns and kind, stall_seconds, the start-up
+grace, ``[[signature]]`` rows, the progress regex).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from ..wire.config import DEFAULTS, AgentConfig, as_list, plain
-from . import signatures
+from . import activity, signatures
 from .text import short
 
 TAIL_LINES = 2000
@@ -121,8 +123,12 @@ def gather(
     now: Optional[float] = None,
     include_dmesg: bool = True,
     processes: Optional[List[Any]] = None,
+    measure_seconds: float = activity.MEASURE_SECONDS,
 ) -> Dict[str, Any]:
-    """Collect the facts ``analyze`` needs from this host."""
+    """Collect the facts ``analyze`` needs from this host.
+
+    The benchmark's processes are read at the start and again at the end, ``measure_seconds`` apart at least
+    (the log reading in between); with none alive there is no wait."""
     now = time.time() if now is None else now
     facts: Dict[str, Any] = {
         "now": now,
@@ -144,6 +150,7 @@ def gather(
             facts["processes_error"] = "%s: %s" % (type(exc).__name__, exc)
             processes = []
     facts["processes"] = processes
+    meter = activity.Meter(activity.targets(facts["benchmark"], processes, facts["self_pids"]), measure_seconds)
     files = watched_files(config)
     facts["files"] = files[:50]
     logs = []
@@ -162,4 +169,5 @@ def gather(
     facts["logs"] = logs
     facts["dmesg"] = read_dmesg() if include_dmesg else {"lines": [], "error": "skipped"}
     facts["gpu"] = gpu_facts(gpu_sampler)
+    facts["activity"] = meter.finish()
     return facts

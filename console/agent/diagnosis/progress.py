@@ -14,7 +14,7 @@ benchmark's own work: tqdm ``it/s`` bars, proofs, steps, epochs).
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, NamedTuple, Optional, Pattern
+from typing import Any, Dict, List, NamedTuple, Optional, Pattern, Tuple
 
 REPAINT_SECONDS = 1.0  # a meter without an elapsed column (wget) repaints about once a second while stalled
 
@@ -31,6 +31,8 @@ TQDM_RE = re.compile(
 )
 # wget: "c2.params   45%[========>   ] 463.25M  11.4MB/s    eta 48s"
 WGET_RE = re.compile(r"(\d{1,3})%\[[=> ]*\]\s+([\d.,]+[KMGT]?)\s+(\S+)")
+# rclone's stats block: "Transferred:   	   38.207 GiB / 61.540 GiB, 62%, 0 B/s, ETA -" (the files line has no unit)
+RCLONE_RE = re.compile(r"Transferred:\s+([\d.]+\s?[KMGTPE]?i?B)\s*/\s*([\d.]+\s?[KMGTPE]?i?B),\s*(\d{1,3})%")
 # a pb-style bar (lotus paramfetch): "6.71 GiB / 47.90 GiB [=====>------]  14.01% 41.20 MiB/s 17m03s"
 PB_RE = re.compile(r"([\d.]+ [KMGT]?i?B) / ([\d.]+ [KMGT]?i?B) \[[=>\-]*\]\s+([\d.]+)%")
 DOWNLOAD_DESC_RE = re.compile(
@@ -107,6 +109,10 @@ def parse(text: str, bench_re: Optional[Pattern[str]] = None) -> Optional[Sample
             if not any(h in low for h in _DEFAULT_HINTS):
                 return None
         return _steps(rx, text)
+    last = _last(RCLONE_RE, text) if "Transferred:" in text else None
+    if last is not None:
+        pct = float(last.group(3))
+        return Sample("download", last.group(1), pct, None, pct >= 100.0)
     last = _last(TQDM_RE, text)
     if last is not None:
         pct, n, total = float(last.group(1)), last.group(2).strip(), last.group(3).strip()
@@ -151,9 +157,34 @@ class LogProgress(NamedTuple):
     events: List[int]  # indexes of every progress line
 
 
-def log_progress(log: Dict[str, Any], now: float, bench_re: Optional[Pattern[str]] = None) -> Optional[LogProgress]:
+def _skeleton(text: str) -> str:
+    return re.sub(r"[\d.:]+", "#", text.strip())
+
+
+def _reprinted(lines: List[str], events: List[int], samples: List[Sample], stamp_at: Any
+               ) -> Optional[Tuple[float, bool]]:
+    """A meter printed line after line (a stats block every minute: rclone) whose amount has not moved:
+    ``(seconds between the first and the last line showing it, the lines after the last one only repeat the
+    block)``; None when the last amount is new."""
+    last = samples[-1]
+    j = len(samples) - 1
+    while j > 0 and samples[j - 1].kind == "download" and samples[j - 1].amount == last.amount:
+        j -= 1
+    if j == len(samples) - 1 or stamp_at is None:
+        return None
+    span = max(0.0, stamp_at(events[-1]) - stamp_at(events[j]))
+    after = [_skeleton(t) for t in lines[events[-1] + 1:] if t.strip()]
+    block = {_skeleton(t) for t in lines[events[-2] + 1:events[-1]] if t.strip()}
+    return span, all(t in block for t in after)
+
+
+def log_progress(log: Dict[str, Any], now: float, bench_re: Optional[Pattern[str]] = None,
+                 stamp_at: Any = None) -> Optional[LogProgress]:
+    """The log's last progress and for how long it has not moved. ``stamp_at(index)`` (a ``Timeline``'s
+    ``at``) dates a meter reprinted line after line; without it only repaints and the file's age count."""
     lines: List[str] = log.get("lines") or []
     events: List[int] = []
+    samples: List[Sample] = []
     last: Optional[Sample] = None
     for i, text in enumerate(lines):
         if not text or len(text) > 4000:
@@ -161,6 +192,7 @@ def log_progress(log: Dict[str, Any], now: float, bench_re: Optional[Pattern[str
         sample = parse(text, bench_re)
         if sample is not None:
             events.append(i)
+            samples.append(sample)
             last = sample
     if last is None:
         return None
@@ -184,4 +216,100 @@ def log_progress(log: Dict[str, Any], now: float, bench_re: Optional[Pattern[str
             stuck = idle + in_line
             last = tail
     last_line = all(not t.strip() for t in lines[at + 1:])
+    if not repaints and last.kind == "download" and not last.done and len(samples) > 1:
+        again = _reprinted(lines, events, samples, stamp_at)
+        if again is not None:
+            stuck = idle + again[0]
+            last_line = last_line or again[1]
     return LogProgress(at, last, stuck, last_line, events)
+
+
+# -- the pace of the steps: advancing, but much slower than earlier in the same log ---------------------------
+SLOWDOWN = 3.0  # the recent pace is this many times slower than the earlier one: a warning
+MIN_PACES = 8  # paces needed to compare
+RATE_RE = re.compile(
+    r"([\d.]+)\s*(it/s|s/it|sec/batch|s/batch|sec/step|s/step|sec/iter|s/iter|examples/sec|examples/s"
+    r"|samples/sec|samples/s|tokens/sec|tokens/s|tok/s|img/s|images/sec|images/s)(?![\w/])",
+    re.IGNORECASE,
+)
+_INVERSE_UNITS = ("s/it", "sec/batch", "s/batch", "sec/step", "s/step", "sec/iter", "s/iter")
+
+
+class Pace(NamedTuple):
+    at: int  # the line it was read from
+    rate: float  # work a second (higher is faster)
+    unit: str  # as the log prints it
+
+
+def _printed_pace(index: int, text: str) -> Optional[Pace]:
+    m = _last(RATE_RE, text[-2000:])
+    if m is None:
+        return None
+    try:
+        value = float(m.group(1))
+    except ValueError:
+        return None
+    unit = m.group(2).lower()
+    if value <= 0:
+        return None
+    return Pace(index, 1.0 / value if unit in _INVERSE_UNITS else value, unit)
+
+
+def _fmt_pace(rate: float, unit: str) -> str:
+    if unit in _INVERSE_UNITS:
+        return "%.3g %s" % (1.0 / rate, unit)
+    return "%.3g %s" % (rate, unit)
+
+
+def _median(values: List[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+
+
+def paces(lines: List[str], events: List[int], stamp_of: Any = None,
+          bench_re: Optional[Pattern[str]] = None) -> List[Pace]:
+    """The pace at each progress line: the rate it prints (``it/s``, ``s/it``, ``sec/batch``, ``examples/sec``,
+    ``tokens/s``...), else, from lines with their own time stamps (``stamp_of(index)`` -> seconds or None), the
+    steps done per second between two of them."""
+    out = [p for p in (_printed_pace(i, lines[i]) for i in events) if p is not None]
+    if len(out) >= MIN_PACES or stamp_of is None:
+        return out
+    out = []
+    prev: Optional[Tuple[float, float]] = None
+    for i in events:
+        sample = parse(lines[i], bench_re)
+        when = stamp_of(i)
+        if sample is None or when is None:
+            continue
+        try:
+            step = float(sample.amount)
+        except ValueError:
+            continue
+        if prev is not None and step > prev[1] and when > prev[0]:
+            out.append(Pace(i, (step - prev[1]) / (when - prev[0]), "steps/s"))
+        prev = (when, step)
+    return out
+
+
+def step_slowdown(lines: List[str], events: List[int], stamp_of: Any = None,
+                  bench_re: Optional[Pattern[str]] = None, repaints: Optional[List[str]] = None
+                  ) -> Optional[Tuple[float, str, str, int]]:
+    """``(factor, earlier pace, recent pace, index of the latest line)`` when the recent steps are at least
+    ``SLOWDOWN`` times slower than the earlier ones of the same log (median of the first half against the
+    median of the last sixth, at least 3 paces), else None. A bar redrawn in place (``repaints``: the states
+    of its last line) is read state by state."""
+    series: List[Pace] = []
+    if repaints and events:
+        series = [p for p in (_printed_pace(events[-1], t) for t in repaints) if p is not None]
+    if len(series) < MIN_PACES:
+        series = paces(lines, events[-400:], stamp_of, bench_re)
+    if len(series) < MIN_PACES:
+        return None
+    half = series[: len(series) // 2]
+    recent = series[-max(3, len(series) // 6):]
+    before, now = _median([p.rate for p in half]), _median([p.rate for p in recent])
+    if now <= 0 or before / now < SLOWDOWN:
+        return None
+    unit = series[-1].unit
+    return before / now, _fmt_pace(before, unit), _fmt_pace(now, unit), series[-1].at

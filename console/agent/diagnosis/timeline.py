@@ -45,6 +45,8 @@ def _syslog(m: re.Match[str]) -> float:
 
 FORMATS: List[Tuple[str, re.Pattern[str], Callable[[re.Match[str]], float]]] = [
     ("iso", re.compile(r"(\d{4})-(\d\d)-(\d\d)[T _](\d\d):(\d\d):(\d\d)(?:[.,](\d+))?"), _iso),
+    # Go's log package and the programs that keep its layout (rclone, Gin): 2025/02/12 18:30:03, 2024/08/19 - 14:11:31
+    ("ymd", re.compile(r"(\d{4})/(\d\d)/(\d\d)(?: -)? (\d\d):(\d\d):(\d\d)(?:[.,](\d+))?"), _iso),
     ("us", re.compile(r"\b(\d\d)/(\d\d)/(\d{4}),? (\d\d):(\d\d):(\d\d)"), _us),
     ("glog", re.compile(r"(?:^|[\[:])[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?"), _md),
     ("vllm", re.compile(r"^(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)()"), _md),
@@ -88,6 +90,12 @@ class Timeline:
         if i not in self._stamps:
             self._stamps[i] = _stamp(self.lines[i], self.format)
         return self._stamps[i]
+
+    def stamp(self, index: int) -> Optional[float]:
+        """The host time of a line that carries its own stamp (None: it carries none)."""
+        if self.anchor is None or self.format is None or self._stamp_at(index) is None:
+            return None
+        return self.at(index)
 
     def at(self, index: int) -> float:
         if self.anchor is None or self.format is None:

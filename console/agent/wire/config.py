@@ -24,6 +24,7 @@ class BenchmarkConfig(TypedDict):
     cwd: Optional[str]
     stop_timeout: float  # seconds between TERM and KILL
     env: Dict[str, str]  # extra environment for the started benchmark (data, never shell text)
+    kind: Optional[str]  # "batch" | "server" | None (diagnose guesses: docs/diagnosis.md "Liveness")
 
 
 class GpuConfig(TypedDict):
@@ -68,6 +69,7 @@ DEFAULTS: AgentConfig = {
         "cwd": None,
         "stop_timeout": 10.0,
         "env": {},
+        "kind": None,
     },
     "gpu": {"simulate": None, "dev_dir": "/dev", "lost_retry": None},
     "proc_root": None,

@@ -1,0 +1,159 @@
+"""Did the run complete? Its last words say so (pure: reads one log's lines).
+
+A completion is a line among a log's *last words* (its last ``LAST_WORDS`` non-empty lines) that says the run
+ended well, with nothing after it that says otherwise:
+
+- the run says it ended: ``Training completed``, ``benchmark finished``, Lightning's ``Trainer.fit stopped:
+  max_epochs=N reached``, ``Done.``, ``finished successfully``, an ``exit code: 0`` / ``exited with status 0``;
+- it wrote its results: ``Saved model to``, ``model weights saved in``, a results or summary block
+  (``results (v28) ...``, ``==== benchmark summary ====``, ``Benchmark results:``), final or eval metrics
+  (``***** train metrics *****``, ``final accuracy``, Lightning's ``Test metric`` table);
+- a results table ends the log (``| Tasks | Version | ... |`` rows with numbers: lm-evaluation-harness,
+  llama-bench);
+- its progress is complete: ``proof 10/10 done``, ``step 500/500`` (not a tqdm bar: an epoch's bar says nothing
+  of the run), and the built-in ``signatures.COMPLETED`` lines.
+
+Read backwards from the end, a failure stops the search (what came before is not how the run ended): a
+signature of error severity (a traceback, a kill, an OOM...), a non-zero exit status, or a progress line that
+shows the work under way (``step 120/500``, a bar at 40 %): the run went on after any earlier "saved".
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Dict, List, Optional, Pattern
+
+from . import signatures
+from .events import SEVERITY_LEVEL, capped, level_cap
+from .progress import parse
+
+LAST_WORDS = 30  # non-empty lines at the end of a log that count as its last words
+_I = re.IGNORECASE
+COMPLETION: List[Pattern[str]] = [re.compile(p, _I) for p in (
+    # the run says it ended
+    r"\b(?:training|fine-?tuning|pre-?training|evaluation|eval|inference|generation|benchmark(?:ing)?|sealing"
+    r"|proving|run|job|export|conversion|burn-?in)\s+(?:is\s+|has\s+|was\s+)?(?:complete|completed|finished|done"
+    r"|ended|succeeded)\b",
+    r"\b(?:finished|completed|done)\s+(?:training|fine-?tuning|evaluation|benchmark(?:ing)?|the run"
+    r"|all (?:steps|epochs|iterations|jobs|tasks|runs))\b",
+    r"\b(?:finished|completed|ended|exited) (?:successfully|ok|normally|without errors?)\b",
+    r"\bmax_(?:epochs|steps|iters?|iterations|time)\W{0,3}=\W{0,3}[\w:.]+\W{0,3}\s*reached\b",
+    r"\b(?:reached|hit) (?:the )?(?:max(?:imum)?|total|target) (?:number of )?(?:epochs|steps|iterations)\b",
+    r"\b\d+ (?:epochs?|steps|iterations|iters) (?:completed|finished|done)\b",
+    r"^\s*(?:\[[^\]]{1,40}\]\s*)?(?:all )?(?:done|finished|complete|completed)\s*[.!]*\s*$",
+    r"\bexit(?:ed)?(?:\s+with)?\s+(?:code|status)\s*[:=]?\s*0\b(?!\.\d)",
+    # it wrote its results
+    r"\b(?:saved|wrote|written|exported|stored)\s+(?:the\s+)?(?:final\s+|trained\s+|fine-?tuned\s+|best\s+)?"
+    r"(?:model|weights|adapter|checkpoint|results?|outputs?|predictions|report|summary|metrics)\s+(?:to|at|in|into)\b",
+    r"\b(?:final\s+|trained\s+)?(?:model|weights|adapter|results?|predictions|report|metrics)\s+(?:saved|written"
+    r"|exported|stored)\s+(?:to|at|in|into)\b",
+    r"^[\s#=*\-|>]*(?:[\w()/-]+ ){0,3}(?:results?|summary)\s*(?:$|[:(=*\-|])",
+    r"\bfinal (?:metrics|results|scores?|accuracy|loss|eval(?:uation)?|test|perplexity|report)\b",
+    r"^\s*(?:test|eval|evaluation|validation|benchmark) (?:results|metrics|scores?)\b",
+    r"^[\s*=#-]*(?:train|eval|test|predict) metrics[\s*=#-]*$",
+    r"^\s*[\u2502\u2503|]?\s*Test metric\s+[\u2502\u2503|]?\s*DataLoader",
+)]
+NOT_COMPLETION = re.compile(r"\bsummary at\b|\bresults? (?:will|would|are being|is being)\b|\bno results\b", _I)
+NONZERO_EXIT = re.compile(
+    r"\bexit(?:ed)?(?:\s+with)?(?:\s+(?:code|status))?\s*[:=]?\s*-?[1-9]\d*\b|returned non-zero exit status"
+    r"|\bfailed with exit (?:code|status)\b|\bnon-zero exit (?:code|status)\b",
+    _I,
+)
+# a line that reports a failure in words or by its level, though no signature names it ("[ERROR] Download aborted",
+# "parameter fetch failed", "ERR" rows are caught by their log's own words); "0 failed", "no errors" are not
+FAILED_WORDS = re.compile(
+    r"\[(?:ERROR|FATAL|CRITICAL)\]|^\s*(?:\S+\s+){0,3}(?:ERROR|FATAL|CRITICAL)\b|(?<!\b0 )(?<!\bno )"
+    r"\b(?:failed|aborted|not complete|error occurred|FAILURE|FAULTY)\b",
+)
+
+
+def is_completion_line(text: str) -> bool:
+    """Does this line say the run ended well (taken alone)?"""
+    if signatures.is_completion(text):
+        return True
+    if NOT_COMPLETION.search(text):
+        return False
+    return any(p.search(text) for p in COMPLETION)
+
+
+def last_words(log: Dict[str, Any], bench_re: Optional[Pattern[str]] = None,
+               failure: Optional[Callable[[str], bool]] = None) -> List[int]:
+    """Indexes of the completion lines among the log's last words, oldest first ([]: none, or a failure among
+    the last words after them). ``failure(text)`` says a line is one (default: a signature of error severity
+    or above, a non-zero exit status, a line that says it failed)."""
+    lines: List[str] = log.get("lines") or []
+    failed = failure or is_failure
+    found: List[int] = []
+    seen = 0
+    table = _closing_table(lines)
+    if table is not None:
+        found.append(table)
+    for i in range(len(lines) - 1, -1, -1):
+        text = lines[i]
+        if not text.strip():
+            continue
+        seen += 1
+        if seen > LAST_WORDS:
+            break
+        if table is not None and i >= table:
+            continue
+        if failed(text) or NONZERO_EXIT.search(text) or FAILED_WORDS.search(text):
+            if not found:
+                return []  # the run's last words report a failure: whatever it printed before, it failed
+            break  # a failure before the completion (the caller weighs the findings of the last words)
+        sample = parse(text, bench_re) if len(text) <= 4000 else None
+        if is_completion_line(text):
+            found.append(i)
+            continue
+        if sample is None:
+            continue
+        if sample.done:
+            if sample.kind == "steps" and "/" in text and "%|" not in text:
+                found.append(i)  # proof 10/10 done, step 500/500
+            continue
+        if sample.percent is not None or _has_total(text, sample.amount):
+            break  # the work was under way after anything earlier
+    return sorted(found)
+
+
+TABLE_ROW = re.compile(r"^\s*[|\u2502\u2503].*[|\u2502\u2503]\s*$")
+
+
+def _closing_table(lines: List[str]) -> Optional[int]:
+    """The first row of a results table that ends the log (3 rows at least, numbers in it), else None."""
+    rows: List[int] = []
+    for i in range(len(lines) - 1, max(-1, len(lines) - 200), -1):
+        text = lines[i]
+        if not text.strip():
+            if rows and i > 0 and not TABLE_ROW.match(lines[i - 1]):
+                break  # a blank line ends the table block (two tables in a row stay one block)
+            continue
+        if not TABLE_ROW.match(text):
+            break
+        rows.append(i)
+    if len(rows) < 3 or not any(re.search(r"\d", lines[i]) for i in rows):
+        return None
+    if any(FAILED_WORDS.search(lines[i]) or NONZERO_EXIT.search(lines[i]) for i in rows):
+        return None
+    return rows[-1]
+
+
+def words_start(lines: List[str]) -> int:
+    """The index of the first line of a log's last words."""
+    seen = 0
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].strip():
+            seen += 1
+            if seen >= LAST_WORDS:
+                return i
+    return 0
+
+
+def _has_total(text: str, amount: str) -> bool:
+    return bool(re.search(r"\b%s\s*/\s*\d+" % re.escape(amount), text))
+
+
+def is_failure(text: str) -> bool:
+    sig = signatures.match_line_fast(text, signatures.builtin_plan()) if text else None
+    return sig is not None and SEVERITY_LEVEL[capped(sig.severity, level_cap(text))] >= 2 \
+        and not signatures.is_harmless(text)
