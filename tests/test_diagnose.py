@@ -775,3 +775,16 @@ def test_the_fleet_file_kind_reaches_the_agent(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load_fleet(fleet)
     assert ":3:" in str(err.value) and "'batch' or 'server'" in str(err.value)
+
+
+def test_a_download_beside_moving_steps_is_not_starting(tmp_path: Path) -> None:
+    now = time.time()
+    (tmp_path / "train.log").write_text("".join("step %d/5000 loss 2.1\n" % s for s in range(1, 40)))
+    (tmp_path / "fetch.log").write_text("Downloading shard-00007.tar\n"
+                                        " 41%|####      | 1.84G/4.48G [00:07<00:11, 271MB/s]\n")
+    for name in ("train.log", "fetch.log"):
+        os.utime(str(tmp_path / name), (now - 2, now - 2))
+    facts = {"now": now, "benchmark": TRAIN_BENCH, "logs": logs_of(tmp_path), "files": [], "stall_seconds": 120,
+             "processes": [rec(501, 1, "python3 train.py", start=now - 7200)],
+             "gpu": {"state": "ok", "devices": [gpu(97, 300.0, holder=501)]}, "activity": activity(act(501, 1.0))}
+    assert dg.analyze(facts)["verdict"]["code"] == "healthy"

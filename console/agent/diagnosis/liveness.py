@@ -274,8 +274,9 @@ def loading(progress: Dict[str, LogProgress], logs: Dict[str, Dict[str, Any]], s
         lines = log.get("lines") or []
         text = lines[prog.at]
         context = " ".join(lines[max(0, prog.at - 2):prog.at + 1])
-        is_load = prog.sample.kind == "download" or LOADING_RE.search(text) or LOADING_RE.search(context)
-        if is_load and (best is None or prog.stuck_for < best[0]):
+        if not (prog.sample.kind == "download" or LOADING_RE.search(text) or LOADING_RE.search(context)):
+            return None  # the run's own work moves (steps, proofs): it is running, not starting
+        if best is None or prog.stuck_for < best[0]:
             best = (prog.stuck_for, short(text.strip(), 100))
     return best[1] if best else None
 
