@@ -160,6 +160,65 @@ def test_a_young_entrypoint_whose_benchmark_already_failed_is_not_starting(tmp_p
     assert down["severity"] == "error" and "not started yet" not in down["summary"]
 
 
+def test_a_young_entrypoint_whose_setup_download_was_refused_is_not_starting(tmp_path: Path) -> None:
+    """An explicit failure inside the start-up grace (git-lfs over its quota) is the verdict; a line that says
+    something succeeded and something failed ("Clone succeeded, but checkout failed") is no recovery."""
+    now = time.time()
+    (tmp_path / "setup.log").write_text(
+        "Downloading ckpt/epoch=30.ckpt (189 MB)\n"
+        "Error downloading object: ckpt/epoch=30.ckpt (2f2ff84): Smudge error: batch response: This repository is "
+        "over its data quota. Account responsible for LFS bandwidth should purchase more data packs.\n"
+        "fatal: ckpt/epoch=30.ckpt: smudge filter lfs failed\nwarning: Clone succeeded, but checkout failed.\n")
+    procs = [rec(369, 1, "bash /entrypoint.sh", wchan="do_wait", start=now - 5)]
+    facts = {"now": now, "benchmark": SEED_BENCH, "processes": procs, "logs": logs_of(tmp_path), "files": []}
+    result = dg.analyze(facts)
+    assert result["verdict"]["code"] == "download_failed", result["findings"]
+
+
+def _idle_gpus(n: int = 1) -> Dict[str, Any]:
+    return {"state": "ok", "devices": [{"index": i, "util": 0, "mem_used": 1 << 20} for i in range(n)]}
+
+
+def test_idle_gpus_after_an_error_that_predates_the_live_process_are_that_error(tmp_path: Path) -> None:
+    log = tmp_path / "webui.log"
+    log.write_text("Traceback (most recent call last):\n  File \"server.py\", line 1, in <module>\n"
+                   "ImportError: libcudart.so.11.0: cannot open shared object file: No such file or directory\n")
+    old = time.time() - 30
+    os.utime(str(log), (old, old))
+    now = time.time()
+    facts = {"now": now, "benchmark": {"match": [r"server\.py"], "entrypoint": [r"start\.sh"]},
+             "processes": [rec(500, 1, "python3 server.py --listen", start=now - 10)],
+             "logs": logs_of(tmp_path), "files": [], "gpu": _idle_gpus()}
+    result = dg.analyze(facts)
+    assert result["verdict"]["code"] == "library_missing", result["findings"]
+
+
+def test_idle_gpus_while_the_last_line_saves_a_checkpoint_are_healthy(tmp_path: Path) -> None:
+    (tmp_path / "train.log").write_text(
+        "{'loss': 1.1843, 'learning_rate': 1.8e-05, 'epoch': 0.42}\n"
+        "[INFO] [torch_checkpoint_engine.py:21:save] [Torch] Saving out/checkpoint-2000/global_step2000/"
+        "zero_pp_rank_0_mp_rank_00_optim_states.pt...\n")
+    now = time.time()
+    facts = {"now": now, "benchmark": {"match": [r"train_bash\.py"], "entrypoint": [r"/entrypoint\.sh"]},
+             "processes": [rec(600, 1, "python3 train_bash.py --deepspeed ds_zero2.json", start=now - 3600)],
+             "logs": logs_of(tmp_path), "files": [], "gpu": _idle_gpus(4)}
+    result = dg.analyze(facts)
+    assert result["verdict"]["code"] == "healthy", result["findings"]
+
+
+def test_throttled_clocks_explain_a_slowdown() -> None:
+    from console.agent.diagnosis import codes, rank
+    from console.agent.diagnosis.records import Item
+    slow = Item("slowed_down", "warning", "steps 3.5x slower", [], time=100.0)
+    hot = Item("throttled", "warning", "HW Power Brake Slowdown: Active", [], time=50.0)
+    assert codes.tier("slowed_down") == "symptom"
+    code, head = rank.choose([slow, hot], None, None)
+    assert code == "throttled" and head is hot
+    assert rank.link_symptoms([slow, hot], head) == ["slowed_down"] and slow.caused_by == "throttled"
+    code, head = rank.choose([Item("slowed_down", "warning", "steps 3.5x slower", [], time=100.0)], None, None)
+    assert code == "slowed_down"
+
+
 def test_healthy_running_benchmark(tmp_path: Path) -> None:
     log = tmp_path / "bench.log"
     log.write_text("Running warmup proof...\nwarmup ok in 40.1s\nproof 1/10 done\n")

@@ -33,6 +33,10 @@ DOWNLOAD_DONE_RE = re.compile(
     r"|\bdownload(?:ing)? .*\bdone\b",
     re.IGNORECASE,
 )
+SAVING_NOW_RE = re.compile(
+    r"\bsaving\b.{0,200}(?:checkpoint|\.(?:pt|pth|bin|safetensors|ckpt|pkl|distcp)\b|model states|optim)",
+    re.IGNORECASE)
+SAVED_RE = re.compile(r"\b(?:saved|done|finished|complete[d]?)\b", re.IGNORECASE)
 DOWNLOADING_RE = re.compile(r"\bdownloading\b|\bfetching\b|\bcurl\b|\bwget\b|--\d{4}-\d\d-\d\d ", re.IGNORECASE)
 __all__ = ["CONTEXT_RE", "analyze"]
 
@@ -318,10 +322,14 @@ def signature_findings(facts: Dict[str, Any], procs: Processes, progress: Dict[s
         if len(eps) > 1:
             summary += " (%d occurrences)" % len(eps)
         severity, role = primary.severity, "current"
+        predates = not current and all(e.stale for e in eps)
         if not current:
             severity, role = "info", "history"
-            summary = ("before the current run: " if all(e.stale for e in eps) else "recovered: ") + summary
-        items.append(Item(code, severity, summary, evidence, time=primary.time, order=primary.order, role=role))
+            summary = ("before the current run: " if predates else "recovered: ") + summary
+        item = Item(code, severity, summary, evidence, time=primary.time, order=primary.order, role=role)
+        if predates:
+            item.prior = primary.severity
+        items.append(item)
     dmesg = facts.get("dmesg") or {}
     if dmesg.get("error"):
         sig_lines.append("dmesg: %s" % dmesg["error"])
@@ -365,6 +373,11 @@ def gpu_state(facts: Dict[str, Any], procs: Processes, live: Liveness, items: Li
         if not notes:  # the stall step already said what moves
             notes.append("GPUs idle while the run is busy: %s" % ", ".join(live.moving()))
         steps.append(step("gpu", "ok", "GPUs idle, the run busy elsewhere", lines))
+    elif idle and procs.bench and save_underway(facts, now_of(facts)):
+        notes.append("GPUs idle while a checkpoint is being written: %s" % save_underway(facts, now_of(facts)))
+        steps.append(step("gpu", "ok", "GPUs idle, a checkpoint save under way", lines))
+    elif idle and revive_predating(items):
+        steps.append(step("gpu", "problem", "GPUs idle after an error the run printed and did not get past", lines))
     elif idle:
         why = ""
         if procs.bench and live.kind == "server":
@@ -376,6 +389,38 @@ def gpu_state(facts: Dict[str, Any], procs: Processes, live: Liveness, items: Li
         steps.append(step("gpu", "problem", "GPUs idle", lines))
     else:
         steps.append(step("gpu", "ok" if not lost else "problem", "%d GPU(s)" % len(devices), lines))
+
+
+def now_of(facts: Dict[str, Any]) -> float:
+    return float(facts.get("now") or time.time())
+
+
+def save_underway(facts: Dict[str, Any], now: float) -> Optional[str]:
+    """The last line of a fresh log (written within stall_seconds) says a checkpoint or a state file is being
+    saved and nothing says it ended (DeepSpeed's ``Saving .../zero_pp_rank_0_..._optim_states.pt...``): idle
+    GPUs are the save's, not trouble."""
+    stall = float(facts.get("stall_seconds") or DEFAULTS["stall_seconds"])
+    for log in facts.get("logs") or []:
+        if log.get("error") or log.get("mtime") is None or now - float(log["mtime"]) > stall:
+            continue
+        text = next((t for t in reversed(log.get("lines") or []) if t.strip()), "")
+        if SAVING_NOW_RE.search(text) and not SAVED_RE.search(text):
+            return short(clean_message(text), 100)
+    return None
+
+
+def revive_predating(items: List[Item]) -> bool:
+    """Idle GPUs, nothing moving, and a log whose errors all predate the live processes: the run did not get
+    past them (a server that failed to load its engine, a prover whose kernel faulted, then left idle), so those
+    errors are current again and explain the idle GPUs. True when one of error severity was revived."""
+    revived = False
+    for item in items:
+        if item.prior is None or item.role != "history":
+            continue
+        item.role, item.severity = "current", item.prior
+        item.summary = item.summary.replace("before the current run: ", "", 1)
+        revived = revived or SEVERITY_LEVEL.get(item.prior, 0) >= 2
+    return revived
 
 
 def still_loading(facts: Dict[str, Any], progress: Dict[str, LogProgress], procs: Processes, live: Liveness,

@@ -89,6 +89,9 @@ CODES: Dict[str, tuple] = {
     "throttled": ("symptom", 12, "clocks throttled",
                   "GPU/CPU clocks are held down (thermal or power-brake slowdown): the job runs slow; check "
                   "cooling, fans and power"),
+    "slowed_down": ("symptom", 11, "steps slowed down",
+                    "the steps advance, but at least 3x slower than earlier in the same log (memory spilling, "
+                    "throttled clocks, a slower data source): a warning on a running job, not a failure"),
     "gpu_idle": ("symptom", 10, "GPUs idle", "every GPU is idle while the benchmark should run"),
     "finished": ("done", 0, "finished", "the run completed (summary written, exit 0, nothing left running)"),
     "healthy": ("done", 0, "healthy", "the benchmark runs and makes progress"),

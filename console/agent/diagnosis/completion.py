@@ -49,6 +49,8 @@ COMPLETION: List[Pattern[str]] = [re.compile(p, _I) for p in (
     r"|exported|stored)\s+(?:to|at|in|into)\b",
     r"^[\s#=*\-|>]*(?:[\w()/-]+ ){0,3}(?:results?|summary)\s*(?:$|[:(=*\-|])",
     r"\bfinal (?:metrics|results|scores?|accuracy|loss|eval(?:uation)?|test|perplexity|report)\b",
+    # a benchmark's result line: "Result 5min: 50ms 19prove/s", "Final result: 812.4 tokens/s"
+    r"^\s*(?:final |total |overall |average |benchmark )?results?\b[^:=]{0,30}[:=]\s*\S*\d",
     r"^\s*(?:test|eval|evaluation|validation|benchmark) (?:results|metrics|scores?)\b",
     r"^[\s*=#-]*(?:train|eval|test|predict) metrics[\s*=#-]*$",
     r"^\s*[\u2502\u2503|]?\s*Test metric\s+[\u2502\u2503|]?\s*DataLoader",

@@ -56,6 +56,8 @@ RESUMED_RE = re.compile(
     r"|Uvicorn running on|\" 200\b|\b200 OK\b|\bsaved \[\d+/\d+\]|\bsucceeded\b|retry succeeded",
     re.IGNORECASE,
 )
+# a line that says something succeeded and something failed ("Clone succeeded, but checkout failed") is no resumption
+RESUMED_BUT_FAILED_RE = re.compile(r"\b(?:failed|failure|error|errors|aborted)\b", re.IGNORECASE)
 DMESG_TS_RE = re.compile(r"^\s*\[\s*(\d+(?:\.\d+)?)\]")
 
 
@@ -207,7 +209,8 @@ def last_resumed(lines: List[str], bench_re: Optional[Pattern[str]]) -> int:
         text = lines[i]
         if not text.strip():
             continue
-        if RESUMED_RE.search(text) or signatures.is_completion(text) or progress.parse(text, bench_re) is not None:
+        resumed = RESUMED_RE.search(text) is not None and RESUMED_BUT_FAILED_RE.search(text) is None
+        if resumed or signatures.is_completion(text) or progress.parse(text, bench_re) is not None:
             return i
     return -1
 

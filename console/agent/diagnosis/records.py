@@ -14,7 +14,7 @@ class Item:
     on the host's clock, None for a present state such as a lost GPU), where (an order across the logs), and
     its role: ``current``, or ``history`` (recovered, or from before the run or before it finished)."""
 
-    __slots__ = ("caused_by", "code", "evidence", "order", "role", "severity", "summary", "time")
+    __slots__ = ("caused_by", "code", "evidence", "order", "prior", "role", "severity", "summary", "time")
 
     def __init__(self, code: str, severity: str, summary: str, evidence: List[Evidence],
                  time: Optional[float] = None, order: int = 0, role: str = "current") -> None:
@@ -26,6 +26,7 @@ class Item:
         self.order = order
         self.role = role
         self.caused_by: Optional[str] = None
+        self.prior: Optional[str] = None  # the severity before the item became history for predating the run
 
     def finding(self) -> Finding:
         out: Finding = {"code": self.code, "severity": self.severity,  # type: ignore[typeddict-item]

@@ -68,8 +68,15 @@ SIGNATURES: List[Signature] = [
          "verification failed on it): take it out of service; reset it and test again, replace it if it repeats"),
     _sig("host_oom_kill", "critical",
          r"Out of memory: Kill(?:ed)? process|invoked oom-killer|\boom-kill\b|oom_reaper: reaped"
-         r"|Memory cgroup out of memory",
-         "the kernel OOM killer killed a process: the host ran out of RAM"),
+         r"|Memory cgroup out of memory"
+         # user-space killers: Ray's memory monitor, systemd-oomd, earlyoom
+         r"|killed due to memory pressure \(OOM\)|killed due to the node running low on memory"
+         r"|ray\.exceptions\.OutOfMemoryError|memory usage threshold of [\d.]+ was exceeded"
+         r"|OutOfMemoryError: Task was killed"
+         r"|systemd-oomd\[\d+\]: Killed |oomd\b.{0,80}\bKilled .{0,200}due to memory (?:pressure|used)"
+         r"|earlyoom.{0,120}sending SIG(?:TERM|KILL) to process|low memory! at or below SIG(?:TERM|KILL)",
+         "the host ran out of RAM and an OOM killer (the kernel's, Ray's memory monitor, systemd-oomd, earlyoom) "
+         "killed a process"),
     _sig("shm_exhausted", "error",
          r"insufficient shared memory \(shm\)|out of shared memory|Error while creating shared memory segment"
          r"|failed to extend /dev/shm|/dev/shm\S*:? (?:No space left|is too small)|unable to write to file </torch_"
@@ -106,7 +113,10 @@ SIGNATURES: List[Signature] = [
          r"|(?:failed|unable) to allocate CUDA\d* buffer|No available memory for the cache blocks"
          r"|larger than the available KV cache memory|maximum number of tokens that can be stored in KV cache"
          r"|Insufficient memory for the KV cache|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
-         r"|OOM when allocating tensor|RESOURCE_EXHAUSTED: Out of memory|cuda\w*.{0,160}\bout of memory",
+         r"|OOM when allocating tensor|RESOURCE_EXHAUSTED: Out of memory|cuda\w*.{0,160}\bout of memory"
+         r"|insufficient (?:GPU|device) memory|\[TensorRT-LLM\]\[ERROR\].{0,200}\bout of memory"
+         r"|kv.?cache.{0,120}insufficient memory|insufficient memory.{0,120}kv.?cache"
+         r"|Requested amount of GPU memory \(\d+ bytes\) could not be allocated|GPU memory is not enough",
          "GPU memory ran out (batch/model/context too large for this GPU, or another process holds memory)"),
     _sig("nccl_timeout", "error",
          r"Watchdog caught collective operation timeout|WorkNCCL\(.*\) ran for \d+ milliseconds before timing out"
@@ -121,7 +131,9 @@ SIGNATURES: List[Signature] = [
          r"|\(AccessDenied\)|<Code>AccessDenied</Code>|AccessDeniedException|AWS Access Key Id you provided does not"
          r"|security token included in the request is (?:invalid|expired)|does not have storage\.\w+\.\w+ access"
          r"|Anonymous caller does not have|Invalid credentials in Authorization header|Invalid user token"
-         r"|whoami-v2|AuthenticationFailed|Server failed to authenticate the request",
+         r"|whoami-v2|AuthenticationFailed|Server failed to authenticate the request"
+         r"|Your credentials are invalid|Reauthentication (?:failed|required)|invalid_grant"
+         r"|credentials? (?:have|has) expired|The provided token has expired",
          "the storage or model hub refused the credentials (key unknown, expired token, wrong secret, no access "
          "granted): fix the key/token or its permissions; retrying does not help"),
     _sig("permission_denied", "error",
@@ -138,7 +150,10 @@ SIGNATURES: List[Signature] = [
          r"|\brequires [`'\"]?[\w.\[\]-]+ ?(?:>=|==|~=|<)\s*\d|which is incompatible\b"
          r"|incompatible with (?:torch|pytorch|cuda|the (?:installed|current)|this version|your (?:installed|current))"
          r"|unknown model architecture|does not recognize this architecture|version of Transformers is out of date"
-         r"|architectures? \[[^\]]*\] (?:are|is) not supported",
+         r"|architectures? \[[^\]]*\] (?:are|is) not supported"
+         r"|Loaded runtime CuDNN library: [\d.]+ but source was compiled with|but source was compiled with: [\d.]+"
+         r"|CuDNN library needs to have matching major version|cuDNN version incompatibility"
+         r"|Loaded cuDNN version [\d.]+ but .{0,80}compiled (?:with|against)|was compiled against cuDNN",
          "a library or extension was built for another version than the one installed (a torch extension's "
          "undefined symbol, a wheel for another torch/CUDA/GPU, numpy 1 vs 2, an engine too old for the model): "
          "install matching versions or rebuild"),
@@ -169,6 +184,9 @@ SIGNATURES: List[Signature] = [
          r"|GatedRepoError|Cannot access gated repo|access to it at https://huggingface\.co|is restricted and you are"
          r"|RepositoryNotFoundError|Repository Not Found for url|RevisionNotFoundError|EntryNotFoundError"
          r"|\b401 Client Error|\b403 Client Error|\b404 Client Error|Max retries exceeded with url"
+         r"|over its data quota|smudge filter lfs failed|Smudge error: Error downloading|LFS: Error downloading"
+         r"|batch response: .{0,80}(?:bandwidth|quota|not found|Repository or object not found)"
+         r"|An error occurred \((?:403|404|NoSuchKey|NoSuchBucket)\) when calling|\bNoSuchKey\b"
          r"|fetch\w*\b.{0,160}(?:connection reset|reset by peer|unexpected EOF|broken pipe|timed out|i/o timeout"
          r"|connection refused|no route to host)"
          r"|download\w*\b.{0,160}(?:connection reset|reset by peer|unexpected EOF|broken pipe|timed out|i/o timeout"
@@ -178,7 +196,8 @@ SIGNATURES: List[Signature] = [
          r"loss[\"']?\s*[:=]\s*[\"']?[-+]?(?:nan|inf|infinity)\b|\bloss is (?:nan|inf)\b"
          r"|NaN or Inf found in input tensor|returned nan values in its \d+\w* output|found NaN in (?:local )?grad norm"
          r"|detected NaN\b|NaN detected in|Current loss scale already at minimum|Minimum loss scale reached"
-         r"|Attempted loss scale: 1(?:\.0)?, reducing to 1(?:\.0)?\b",
+         r"|Attempted loss scale: 1(?:\.0)?, reducing to 1(?:\.0)?\b"
+         r"|\| grad norm: [-+]?(?:nan|inf)\b|number of nan iterations:\s*[1-9]",  # Megatron's iteration line
          "training diverged: the loss is NaN/inf or the fp16 loss scale hit its minimum; the steps go on but learn "
          "nothing: lower the learning rate, clip gradients, use bf16, check the data"),
     _sig("waiting_input", "error",
@@ -195,6 +214,10 @@ SIGNATURES: List[Signature] = [
          r"|_(?:hw_slowdown|hw_thermal_slowdown|hw_power_brake_slowdown|sw_thermal_slowdown)>Active<",
          "clocks are held down (thermal or power-brake slowdown): the job runs slower than it should; check cooling, "
          "fans and power delivery"),
+    _sig("hung", "error",  # Horovod's stall inspector: it repeats while no step advances (the log stays fresh)
+         r"\bStalled ranks:|\bStalled ops:|waiting for remainder of ranks for more than \d+ seconds"
+         r"|ranks? (?:have|has) not (?:yet )?submitted .{0,80}for more than \d+ seconds",
+         "the collective waits on ranks that never submit their tensors (Horovod's stall warning): the job is hung"),
     _sig("transport_error", "error",
          r"broken pipe|transport error|connection reset|status: Unavailable|message length too large"
          r"|message too large|h2 protocol error|GOAWAY|error trying to connect|Connection refused"
@@ -223,7 +246,9 @@ SIGNATURES: List[Signature] = [
          r"|GGML_ASSERT|returned non-zero exit status|exited unexpectedly|failed to start\. See stack trace",
          "a launcher or wrapper reported that a child failed (what the child printed is the cause)"),
     _sig("command_not_found", "error",
-         r"command not found|No module named |cannot import name",
+         r"command not found|No module named |cannot import name|\bnvcc: not found|/bin/sh: \d+: \S+: not found"
+         r"|CUDA_HOME environment variable is not set|No such file or directory: '[^']*/nvcc'"
+         r"|nvcc was not found|Could not find nvcc",
          "a command or Python module is not installed"),
     _sig("timeout", "warning", r"deadline exceeded|DeadlineExceeded|timed out|\btimeout expired\b",
          "an operation timed out"),
