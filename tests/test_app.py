@@ -356,13 +356,17 @@ async def test_stopped_agent_turns_stale_with_age_and_notifies(tmp_path: Path) -
 async def test_mouse_click_focuses_and_double_click_opens(tmp_path: Path) -> None:
     app = make_app(tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause(0.3)
+        # a pane's height follows its status (CONNECTING, a verdict line): click once they are settled, at the row
+        # the grid itself says is the second pane's (a fixed row missed it when the first pane grew under a
+        # loaded CI box)
+        await wait_until(pilot, lambda: all_live(app), what="live agents")
         grid = app.query_one(FleetGrid)
         await pilot.press("home")  # a key holds the order (ORDER_HOLD): no status change reorders under the click
         second = grid.visible_names[1]
-        await pilot.click(FleetGrid, offset=(5, 2))
+        row = next(y for y in range(grid.size.height) if grid.name_at(5, y) == second)
+        await pilot.click(FleetGrid, offset=(5, row))
         assert grid.cursor_name == second
-        await pilot.double_click(FleetGrid, offset=(5, 2))
+        await pilot.double_click(FleetGrid, offset=(5, row))
         await wait_until(pilot, lambda: isinstance(app.screen, InstanceScreen), what="instance screen")
 
 
