@@ -847,3 +847,32 @@ def test_a_download_beside_moving_steps_is_not_starting(tmp_path: Path) -> None:
              "processes": [rec(501, 1, "python3 train.py", start=now - 7200)],
              "gpu": {"state": "ok", "devices": [gpu(97, 300.0, holder=501)]}, "activity": activity(act(501, 1.0))}
     assert dg.analyze(facts)["verdict"]["code"] == "healthy"
+
+
+def test_gpus_spinning_with_a_silent_log_are_hung_even_without_a_step_counter(tmp_path: Path) -> None:
+    """Blind round 3 (vLLM TP=2, LMDeploy stuck with GPUs at 100 %): no progress pattern in the log, so no stall
+    could be read, and the run was called healthy. Alive processes, GPUs pinned at low power, nothing else moving
+    and no log written for stall_seconds are a hang, cited by the last line the log wrote; the same GPUs drawing
+    real power are work, not a hang."""
+    log = tmp_path / "serve.log"
+    log.write_text("INFO 05-01 10:00:01 engine.py:267] init engine\nINFO 05-01 10:00:09 loaded model, 2 workers\n"
+                   "INFO 05-01 10:00:10 Avg prompt throughput: 12.1 tokens/s, Running: 4 reqs\n")
+    old = time.time() - 400
+    os.utime(log, (old, old))
+    facts = seed_facts(tmp_path)
+    facts["stall_seconds"] = 120
+    facts["processes"].append(rec(400, 369, "cuzk-daemon --listen 0.0.0.0:9820", start=time.time() - 3600))
+
+    def gpus(watts: float) -> Dict[str, Any]:
+        return {"state": "ok", "devices": [{"index": i, "util": 100, "mem_used": 20 << 30, "power": watts,
+                                            "power_limit": 300.0, "procs": []} for i in range(2)]}
+
+    facts["gpu"] = gpus(90.0)
+    result = dg.analyze(facts)
+    assert result["verdict"]["code"] == "hung", result["verdict"]
+    hung = by_code(result)["hung"]
+    assert any(e["line"] == 3 and "Avg prompt throughput" in e["text"] for e in hung["evidence"])
+    assert "spinning" in hung["summary"]
+
+    facts["gpu"] = gpus(280.0)  # the same util at real power: the GPUs compute
+    assert dg.analyze(facts)["verdict"]["code"] != "hung"

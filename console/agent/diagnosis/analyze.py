@@ -119,6 +119,7 @@ def stalls(facts: Dict[str, Any], progress: Dict[str, LogProgress], procs: Proce
             items.append(_stall_item(logs[path], prog, now))
     mine = own_progress(facts, progress, procs)
     if mine is None:
+        silent_spin(facts, logs, procs, live, stall, items)
         return
     path, prog = mine
     if prog.stuck_for <= stall:
@@ -152,6 +153,29 @@ def stalls(facts: Dict[str, Any], progress: Dict[str, LogProgress], procs: Proce
         fmt_age(prog.stuck_for), len(procs.bench), short(clean_message(line), 80), gpus, still)
     items.append(Item("hung", "error", summary, [ev(path, first + prog.at, line)],
                       time=now - prog.stuck_for, order=first + prog.at))
+
+
+def silent_spin(facts: Dict[str, Any], logs: Dict[str, Dict[str, Any]], procs: Processes, live: Liveness,
+                stall: float, items: List[Item]) -> None:
+    """``hung`` without a progress pattern to read: the benchmark's processes are alive, its GPUs spin (pinned
+    util at low power: a stuck collective or kernel), nothing else moves, and no log has been written for
+    ``stall_seconds``. The evidence is the last line the newest log wrote (blind round 3: vLLM and LMDeploy
+    stuck with GPUs at 100 % were called healthy because their logs had no step counter)."""
+    if not procs.bench or live.gpus.state != "spin" or live.moving() or not logs:
+        return
+    now = float(facts.get("now") or time.time())
+    newest = max(logs.values(), key=lambda lg: float(lg.get("mtime") or 0.0))
+    quiet = now - float(newest.get("mtime") or now)
+    lines = newest.get("lines") or []
+    last = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].strip()), None)
+    if quiet <= stall or last is None:
+        return
+    first = int(newest.get("first_line") or 1)
+    summary = "hung: no log written for %s while %d benchmark process(es) are alive; GPUs spinning, not computing: %s" \
+        " (a stuck collective or kernel; last: %s)" % (
+            fmt_age(quiet), len(procs.bench), live.gpus.line, short(clean_message(lines[last]), 80))
+    items.append(Item("hung", "error", summary, [ev(newest["path"], first + last, lines[last])],
+                      time=now - quiet, order=first + last))
 
 
 def slowdown(facts: Dict[str, Any], progress: Dict[str, LogProgress], procs: Processes, now: float,
