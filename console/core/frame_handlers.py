@@ -7,7 +7,7 @@ deque appends. Host text is cleaned here, where it enters the state. ``FleetStat
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, cast
+from typing import Any, Callable, Dict, Iterable, Tuple, cast
 
 from console.agent.wire.frames import STATIC_GPU_FIELDS  # the fields a full gpu frame adds, as the agent writes them
 from console.agent.wire.protocol import (
@@ -186,24 +186,21 @@ _PROC_TEXT = ("name", "cmdline", "wchan", "state")
 _GPU_TEXT = ("name", "uuid", "error")
 
 
-def _safe_proc(rec: ProcRecord) -> ProcRecord:
-    """``rec``, or a copy with its text fields cleaned when one holds a control character."""
-    given = cast(Dict[str, Any], rec)
-    for key in _PROC_TEXT:
+def _cleaned(given: Dict[str, Any], keys: Tuple[str, ...]) -> Dict[str, Any]:
+    """``given``, or a copy with its ``keys`` text fields cleaned when one holds a control character."""
+    for key in keys:
         value = given.get(key)
         if value is not None and not (type(value) is str and value.isprintable()):
-            return cast(ProcRecord, {k: (clean_opt(v) if k in _PROC_TEXT else v) for k, v in given.items()})
-    return rec
+            return {k: (clean_opt(v) if k in keys else v) for k, v in given.items()}
+    return given
+
+
+def _safe_proc(rec: ProcRecord) -> ProcRecord:
+    return cast(ProcRecord, _cleaned(cast(Dict[str, Any], rec), _PROC_TEXT))
 
 
 def _safe_device(dev: GpuDevice) -> GpuDevice:
-    """``dev``, or a copy with its name, uuid and error cleaned when one holds a control character."""
-    given = cast(Dict[str, Any], dev)
-    for key in _GPU_TEXT:
-        value = given.get(key)
-        if value is not None and not (type(value) is str and value.isprintable()):
-            return cast(GpuDevice, {k: (clean_opt(v) if k in _GPU_TEXT else v) for k, v in given.items()})
-    return dev
+    return cast(GpuDevice, _cleaned(cast(Dict[str, Any], dev), _GPU_TEXT))
 
 
 FRAME_HANDLERS: Dict[str, FrameHandler] = {

@@ -18,6 +18,7 @@ import os
 import time
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
+from ..sample.procfs import read_bytes
 from ..wire.config import compile_patterns
 from ..wire.frames import CLK_TCK, parse_stat
 from ..wire.procmatch import matches_program
@@ -27,19 +28,6 @@ MEASURE_SECONDS = 1.0  # the readings are at least this far apart
 MAX_PIDS = 64
 IO_FIELDS = ("rchar", "wchar", "read_bytes", "write_bytes")
 EPHEMERAL_DEFAULT = (32768, 60999)
-
-
-def _read(path: str, size: int = 65536) -> Optional[bytes]:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, size)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _alive(rec: Dict[str, Any]) -> bool:
@@ -75,12 +63,12 @@ def targets(benchmark: Dict[str, Any], processes: List[Any], self_pids: Iterable
 
 def read_counters(pid: int) -> Optional[Dict[str, Any]]:
     """``{"cpu": seconds of CPU used so far, "io": {field: bytes} or None}``; None when the process is gone."""
-    stat = _read("%s/%d/stat" % (PROC, pid), 4096)
+    stat = read_bytes("%s/%d/stat" % (PROC, pid), 4096)
     parsed = parse_stat(stat, pid) if stat else None
     if parsed is None:
         return None
     io: Optional[Dict[str, int]] = None
-    data = _read("%s/%d/io" % (PROC, pid), 4096)
+    data = read_bytes("%s/%d/io" % (PROC, pid), 4096)
     if data:
         io = {}
         for line in data.splitlines():
@@ -117,7 +105,7 @@ def _listen_table(pid: int) -> Dict[str, int]:
     """inode -> port of the TCP sockets in LISTEN state, as process ``pid``'s network namespace sees them."""
     out: Dict[str, int] = {}
     for name in ("tcp", "tcp6"):
-        data = _read("%s/%d/net/%s" % (PROC, pid, name), 1 << 22)
+        data = read_bytes("%s/%d/net/%s" % (PROC, pid, name), 1 << 22)
         if not data:
             continue
         for line in data.splitlines()[1:]:
@@ -153,7 +141,7 @@ def listening(pids: Iterable[int]) -> Dict[int, List[int]]:
 
 
 def ephemeral_range() -> Tuple[int, int]:
-    data = _read(PROC + "/sys/net/ipv4/ip_local_port_range", 128)
+    data = read_bytes(PROC + "/sys/net/ipv4/ip_local_port_range", 128)
     try:
         low, high = (int(x) for x in (data or b"").split()[:2])
         return low, high
