@@ -69,11 +69,6 @@ class AutoDiagnosis:
             out.append(name)
         return out
 
-    def forget(self, name: str) -> None:
-        """An instance a reload removed."""
-        self.seen.pop(name, None)
-        self.last.pop(name, None)
-
     async def _one(self, name: str) -> None:
         self.last[name] = time.monotonic()
         try:

@@ -12,9 +12,9 @@ from typing import List, Set
 
 from ..wire.protocol import Alternative, DiagnosisResult, Finding
 from . import codes
+from .rank import FINE
 
 MAX_ALTERNATIVES = 2
-FINE = frozenset(("healthy", "starting", "finished"))
 TIER_ORDER = {"hardware": 0, "cause": 1, "symptom": 2, "done": 3}
 
 
