@@ -93,3 +93,34 @@ def clip(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return text[: max(0, limit - 1)] + "…"
+
+
+def one_line(text: Any, limit: int = 200) -> str:
+    """``clean(text)`` as one printable line of at most ``limit`` characters: tabs, line and paragraph separators
+    and other non-printables become spaces, runs of spaces one, the ends trimmed (a name, a reason in a log)."""
+    s = clean(text)
+    if not s.isprintable():
+        s = "".join(c if c.isprintable() else " " for c in s)
+    if "  " in s or s[:1] == " " or s[-1:] == " ":
+        s = " ".join(s.split())
+    return clip(s, limit)
+
+
+def url_origin(url: str, path: bool = False) -> str:
+    """``scheme://host[:port]`` of ``url`` (with its path when ``path``): never its user, password or query, so a
+    secret in a URL stays out of logs, metric labels and task names. Printable even for a malformed URL."""
+    from urllib.parse import urlsplit  # not on the hot path
+
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port
+    except ValueError:  # a bad port, an unclosed [
+        host, port = "", None
+    if not host:  # what follows the user part, up to the path
+        scheme, sep, rest = url.partition("://")
+        netloc = re.split(r"[/?#]", rest if sep else scheme, maxsplit=1)[0].rsplit("@", 1)[-1]
+        return one_line(f"{scheme}://{netloc}" if sep else netloc, 300)
+    if ":" in host:
+        host = f"[{host}]"
+    shown = f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
+    return one_line(shown + parts.path if path else shown, 300)

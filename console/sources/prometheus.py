@@ -10,7 +10,12 @@ for it; it is shown, not acted on).
 
 A Prometheus that is down or slow never stalls the UI: every request has a timeout and runs on the event loop
 without blocking it; the failure is one line in ``report`` (the controller's ``fleet_errors``), cleared on
-the next good answer.
+the next good answer, and one log line per reason (again when the reason changes, and when it answers again).
+
+What an answer brings is someone else's text: every label (host, GPU model, UUID, driver) goes through
+``console/core/text_safety.py`` (the agents' frames' cleaning) before it names anything, a non-finite value
+(``+Inf``, ``NaN``) is a missing one, and one source creates at most ``MAX_NEW_HOSTS`` instances (the rest are
+left out, and a ``report`` line says how many).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -27,11 +34,16 @@ import msgspec
 
 from console.agent.wire.frames import gpu_frame, gpu_record
 from console.core.state import FleetState
+from console.core.text_safety import one_line, url_origin
 from console.inventory import Instance
 from console.inventory.records import SourceSpec
 
 MIB = 2**20
 APPLY_SLICE = 100  # hosts applied per turn of the event loop
+MAX_NEW_HOSTS = 2000  # instances one source may create (hosts the fleet file does not name); the rest left out
+MAX_LABEL = 200  # characters kept of a label (a host name, a GPU model)
+
+log = logging.getLogger("fleet_console.sources")
 
 # field -> DCGM-exporter metric (names as dcgm-exporter's default counters file spells them)
 METRICS = {
@@ -55,7 +67,7 @@ def _num(value: Any) -> float | None:
         v = float(value[1])
     except (TypeError, ValueError, IndexError):
         return None
-    return None if v != v else v  # NaN: no value
+    return v if math.isfinite(v) else None  # NaN, +Inf, -Inf: no value (round(inf) would raise)
 
 
 def _int(v: float | None) -> int | None:
@@ -86,21 +98,38 @@ def group(results: dict[str, list[Any]]) -> dict[str, dict[int, dict[str, Any]]]
     """host -> gpu index -> {field: value, plus the labels ``modelName``, ``UUID``, ``driver``}, from each
     field's samples as ``answer_type`` decodes them."""
     hosts: dict[str, dict[int, dict[str, Any]]] = {}
+    text = _label_cleaner()
     for field, samples in results.items():
         for sample in samples:
             labels = sample.metric
-            if labels is None or not labels.host:
+            host = text(labels.host) if labels is not None else None
+            if not host:  # no host label, or one with nothing printable in it
                 continue
             try:
                 index = int(labels.gpu or "")
             except ValueError:
                 continue
-            host = labels.host
             gpu = hosts.setdefault(host, {}).get(index)
             if gpu is None:
-                gpu = hosts[host][index] = {"name": labels.model, "uuid": labels.uuid, "driver": labels.driver}
+                gpu = hosts[host][index] = {"name": text(labels.model), "uuid": text(labels.uuid),
+                                            "driver": text(labels.driver)}
             gpu[field] = _num(sample.value)
     return hosts
+
+
+def _label_cleaner() -> Callable[[str | None], str | None]:
+    """A label value as one printable line (``one_line``; None when nothing is left), each distinct value
+    cleaned once: a host's name and its GPUs' model come on every one of its series."""
+    seen: dict[str, str | None] = {}
+
+    def text(raw: str | None) -> str | None:
+        if raw is None:
+            return None
+        if raw not in seen:
+            seen[raw] = one_line(raw, MAX_LABEL) or None
+        return seen[raw]
+
+    return text
 
 
 def frames(hosts: dict[str, dict[int, dict[str, Any]]], max_gpus: int = 64) -> dict[str, dict[str, Any]]:
@@ -145,10 +174,20 @@ def _vector(metric: str, content: bytes, host_label: str) -> list[Any]:
     return (body.data.result if body.data is not None else None) or []
 
 
-def decode_answers(contents: dict[str, bytes], host_label: str) -> dict[str, dict[str, Any]]:
-    """The answers' bodies (field -> bytes) to one ``gpu`` frame per host. CPU-bound (10,000 GPUs: 80,000
-    series): ``PrometheusSource`` runs it in a thread, so the event loop (keys, paints) keeps its turns."""
-    return frames(group({field: _vector(METRICS[field], body, host_label) for field, body in contents.items()}))
+def decode_answers(contents: dict[str, bytes], host_label: str, known: frozenset[str] = frozenset(),
+                   room: int | None = None) -> tuple[dict[str, dict[str, Any]], int]:
+    """The answers' bodies (field -> bytes) to one ``gpu`` frame per host, and how many hosts were left out: of
+    the hosts not in ``known``, ``room`` at most are kept (the first by name, so the same ones each round).
+    CPU-bound (10,000 GPUs: 80,000 series): ``PrometheusSource`` runs it in a thread, so the event loop (keys,
+    paints) keeps its turns."""
+    hosts = group({field: _vector(METRICS[field], body, host_label) for field, body in contents.items()})
+    left_out = 0
+    if room is not None:
+        new = sorted(h for h in hosts if h not in known)
+        for host in new[room:]:
+            del hosts[host]
+        left_out = max(0, len(new) - room)
+    return frames(hosts), left_out
 
 
 async def query_all(client: httpx2.AsyncClient, url: str, timeout: float) -> dict[str, bytes]:
@@ -168,8 +207,11 @@ async def query_all(client: httpx2.AsyncClient, url: str, timeout: float) -> dic
         return resp.content
 
     fields = list(METRICS)
-    answers = await asyncio.gather(*(one(METRICS[f]) for f in fields))
-    return dict(zip(fields, answers, strict=True))
+    answers = await asyncio.gather(*(one(METRICS[f]) for f in fields), return_exceptions=True)
+    for answer in answers:  # the first failure in METRICS' order, not the first to arrive: the same reason each round
+        if isinstance(answer, BaseException):
+            raise answer
+    return dict(zip(fields, answers, strict=True))  # type: ignore[arg-type]
 
 
 class PrometheusSource:
@@ -178,7 +220,10 @@ class PrometheusSource:
     def __init__(self, spec: SourceSpec, state: FleetState, report: Callable[[str, str | None], None]) -> None:
         self.spec, self.state, self.report = spec, state, report
         self.key = f"prometheus {spec.prometheus}"
+        self.shown = url_origin(spec.prometheus, path=True)  # for lines and logs: no user or password
         self.status, self.detail = "starting", ""
+        self.left_out = 0  # hosts the last answer had beyond MAX_NEW_HOSTS
+        self._logged: str | None = None  # the failure reason last logged (None: up, or never failed)
         self.last_ok: float | None = None
         self.polls = 0
         self.hosts_only: set[str] = set()  # instances known only from this Prometheus
@@ -200,7 +245,10 @@ class PrometheusSource:
         async with httpx2.AsyncClient() as client:
             while True:
                 started = time.monotonic()
-                await self.poll(client)
+                try:
+                    await self.poll(client)
+                except Exception as exc:  # an answer this code did not foresee: a reason, never a dead source
+                    self._down(f"unusable answer ({type(exc).__name__}: {exc})")
                 await asyncio.sleep(max(0.1, self.spec.interval - (time.monotonic() - started)))
 
     async def poll(self, client: httpx2.AsyncClient) -> None:
@@ -209,15 +257,41 @@ class PrometheusSource:
         try:
             contents = await asyncio.wait_for(query_all(client, self.spec.prometheus, self.spec.timeout),
                                               self.spec.timeout + 1)
-            by_host = await asyncio.to_thread(decode_answers, contents, self.spec.host_label)
+            room = max(0, MAX_NEW_HOSTS - len(self.hosts_only))
+            by_host, left_out = await asyncio.to_thread(decode_answers, contents, self.spec.host_label,
+                                                        frozenset(self.match_table()), room)
         except (SourceDown, TimeoutError) as exc:
-            self.status, self.detail = "down", str(exc) or f"no answer within {self.spec.timeout:g} s"
-            since = "" if self.last_ok is None else f" (last answer {time.time() - self.last_ok:.0f} s ago)"
-            self.report(self.key, f"Prometheus {self.spec.prometheus}: {self.detail}{since}")
+            self._down(str(exc) or f"no answer within {self.spec.timeout:g} s")
             return
         await self.apply(by_host)
+        self._capped(left_out)
+        if self._logged is not None:
+            log.info("Prometheus %s: answering again (was: %s)", self.shown, self._logged)
+            self._logged = None
         self.status, self.detail, self.last_ok = "ok", "", time.time()
         self.report(self.key, None)
+
+    def _down(self, reason: str) -> None:
+        """Status "down" with ``reason`` (its one line); logged once per reason, not every round."""
+        self.status, self.detail = "down", one_line(reason, 300)
+        since = "" if self.last_ok is None else f" (last answer {time.time() - self.last_ok:.0f} s ago)"
+        self.report(self.key, f"Prometheus {self.shown}: {self.detail}{since}")
+        if self.detail != self._logged:
+            log.warning("Prometheus %s: %s", self.shown, self.detail)
+            self._logged = self.detail
+
+    def _capped(self, left_out: int) -> None:
+        """A line (and a log line when it starts) while answers carry more new hosts than one source may create."""
+        key = f"{self.key} hosts"
+        if left_out:
+            line = (f"Prometheus {self.shown}: {left_out} hosts left out (a source creates at most "
+                    f"{MAX_NEW_HOSTS} instances)")
+            self.report(key, line)
+            if not self.left_out:
+                log.warning("%s", line)
+        elif self.left_out:
+            self.report(key, None)
+        self.left_out = left_out
 
     async def apply(self, by_host: dict[str, dict[str, Any]]) -> None:
         """Each host's frame into the fleet state, ``APPLY_SLICE`` hosts per turn of the event loop."""
