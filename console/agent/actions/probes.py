@@ -13,7 +13,7 @@ import time
 from typing import Callable, Dict, List, Tuple
 
 from ..diagnosis import diagnose as dg
-from ..wire.config import AgentConfig, as_list, plain
+from ..wire.config import AgentConfig, as_list, plain, watch_dirs
 from ..wire.protocol import ProbeResult
 from ..wire.timefmt import fmt_age
 
@@ -59,7 +59,7 @@ def _meminfo() -> Dict[str, int]:
 def probe_resources(config: AgentConfig) -> List[str]:
     lines: List[str] = []
     seen = set()
-    for path in [*as_list(config.get("watch_dirs")), "/"]:
+    for path in [*(d for d, _ in watch_dirs(config)), "/"]:
         try:
             dev = os.stat(path).st_dev
             usage = shutil.disk_usage(path)

@@ -4,9 +4,11 @@ The console shows only the tail the follower streams (``logs.py``); an operator 
 diagnosis's evidence line or greps the whole file asks the agent for more. These are the two requests, made
 safe to answer for whoever holds the console:
 
-- only logs: a file the agent is configured to follow (``logs``, ``benchmark.log``) or a regular file whose
-  real path lies under a ``watch_dirs`` directory (where the follower discovers logs); anything else (``/etc/shadow``, a
-  ``..`` or a symlink out of those directories, a FIFO) is refused with ``PermissionError``;
+- only logs: a file the agent is configured to follow (``logs``, ``benchmark.log``: it may be a symlink, the
+  operator named it) or a regular file, not a symlink, whose real path lies under a ``watch_dirs`` directory (where
+  the follower discovers logs); anything else (``/etc/shadow``, a ``..`` out of those directories, a symlink
+  planted there, even one to a file inside, a FIFO) is refused with ``PermissionError``; files are opened with
+  ``O_NOFOLLOW`` (a link swapped in after the check is not followed either);
 - bounded: at most ``MAX_READ_LINES`` lines or ``MAX_HITS`` hits, lines capped at ``LINE_CHARS`` characters,
   ``MAX_OUTPUT_CHARS`` in all, the file streamed in 1 MiB blocks (a 2 GB log never sits in memory; a line
   with no newline for gigabytes is cut, the rest skipped) and ``TIME_LIMIT`` seconds of scanning.
@@ -21,9 +23,9 @@ import os
 import re
 import stat
 import time
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Pattern, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Pattern, Sequence, Tuple
 
-from ..wire.config import as_list
+from ..wire.config import as_list, watch_dirs
 from ..wire.loglines import clean_line
 
 MAX_READ_LINES = 2000
@@ -44,26 +46,50 @@ def _under(path: str, directory: str) -> bool:
     return path.startswith(directory.rstrip(os.sep) + os.sep)
 
 
+WatchDirs = Sequence[Tuple[str, bool]]  # (real directory, recursive)
+
+
+def real_watch_dirs(config: Mapping[str, Any]) -> List[Tuple[str, bool]]:
+    """The ``watch_dirs`` (``wire/config.watch_dirs``) with their real paths: what a found file must lie in."""
+    return [(os.path.realpath(d), recursive) for d, recursive in watch_dirs(config)]
+
+
+def named_paths(config: Mapping[str, Any]) -> List[str]:
+    """The files the operator named: the configured ``logs`` and the ``[benchmark] log`` (absolute)."""
+    bench = (config.get("benchmark") or {}).get("log")
+    paths = [os.path.abspath(p) for p in as_list(config.get("logs")) + as_list(bench)]
+    return list(dict.fromkeys(paths))
+
+
+def discoverable(path: str, dirs: WatchDirs, any_depth: bool = False) -> bool:
+    """May the agent take ``path`` as a log on its own? A regular file, not a symlink, whose real path lies in a
+    watch dir: at its top, or deeper when the entry is recursive (``any_depth``: anywhere under it)."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return False
+    except OSError:
+        return False
+    real = os.path.realpath(path)
+    parent = os.path.dirname(real)
+    return any(parent == d or ((recursive or any_depth) and _under(real, d)) for d, recursive in dirs)
+
+
 def allowed_path(config: Mapping[str, Any], path: str) -> str:
     """The real path to open for ``path``, or ``PermissionError`` when it is no log of this agent.
 
-    A configured file counts as named (it may be a symlink the operator chose); any other, discovered ones
-    included, must really lie under a watch dir (a ``*.log`` symlink there to ``/etc/shadow`` does not).
+    A configured file counts as named (it may be a symlink the operator chose); any other must be a regular
+    file, not a symlink, really under a watch dir (a ``*.log`` symlink there, to ``/etc/shadow`` or not, is not).
     """
     if not isinstance(path, str) or not path or "\x00" in path:
         raise PermissionError("no path given")
     wanted = os.path.abspath(path)
-    bench = (config.get("benchmark") or {}).get("log")
-    named = {os.path.abspath(p) for p in as_list(config.get("logs"))}
-    if bench:
-        named.add(os.path.abspath(str(bench)))
     real = os.path.realpath(wanted)
-    ok = wanted in named
-    if not ok:
-        dirs = [os.path.realpath(os.path.abspath(d)) for d in as_list(config.get("watch_dirs"))]
-        ok = any(_under(real, d) for d in dirs)
-    if not ok:
-        raise PermissionError("%s is not a log this agent follows (configured logs, benchmark log, watch_dirs)" % path)
+    if wanted not in named_paths(config):
+        if not any(_under(real, d) for d, _ in real_watch_dirs(config)):
+            raise PermissionError(
+                "%s is not a log this agent follows (configured logs, benchmark log, watch_dirs)" % path)
+        if os.path.islink(wanted):
+            raise PermissionError("%s is not a log this agent follows: a symlink it was not told to read" % path)
     try:
         st = os.stat(real)
     except OSError as exc:
@@ -74,7 +100,8 @@ def allowed_path(config: Mapping[str, Any], path: str) -> str:
 
 
 def _open(real: str) -> Any:
-    fd = os.open(real, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(real, flags)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO or device since the check
             raise PermissionError("%s is not a regular file" % real)

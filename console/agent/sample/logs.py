@@ -1,7 +1,10 @@
 """Log follower with ``tail -F`` semantics.
 
 Follows the configured ``logs`` plus every ``*.log`` in ``watch_dirs`` modified within
-``discover_max_age`` (directories rescanned every ``DISCOVER_EVERY`` seconds, not every poll).  A poll
+``discover_max_age`` (directories rescanned every ``DISCOVER_EVERY`` seconds, not every poll).  A file found
+there must be a regular file, not a symlink (a ``planted.log -> /etc/shadow`` is never read), at the top of its
+watch dir (in its subdirectories too for a ``DIR/**`` entry), and is opened with ``O_NOFOLLOW``; a configured
+log may be a symlink (the operator named it).  A poll
 costs one ``stat`` per followed file; a file is read only when its size or inode changed (or a partial
 line is waiting).  Per file and poll it sends at most one ``log`` frame with the new complete lines:
 
@@ -28,16 +31,20 @@ The rules for lines, partial lines and batches are ``wire/loglines.py``'s, share
 from __future__ import annotations
 
 import os
+import stat
 import time
 from collections import deque
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
-from ..wire.config import as_list
+from ..wire.config import as_list, watch_dirs
 from ..wire.frames import log_frame
 from ..wire.loglines import BATCH_LINES, backlog_frame, batch_frames, clean_line, keep_partial
 
 DISCOVER_EVERY = 5.0
 MAX_DISCOVERED = 32
+MAX_DEPTH = 8  # subdirectories searched below a recursive (``DIR/**``) watch dir
+MAX_SCAN = 5000  # directory entries looked at per scan
+NOFOLLOW = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 MISSING_FORGET = 60.0  # a discovered file missing this long is no longer followed
 READ_CHUNK = 1 << 20
 MAX_READ_PER_POLL = 8 << 20
@@ -78,7 +85,7 @@ class LogFollower:
         self.max_chars = int(config.get("max_line_chars", 4096))
         self.backlog_lines = int(config.get("backlog_lines", 200))
         self.max_age = float(config.get("discover_max_age", 6 * 3600.0))
-        self.watch_dirs = [os.path.abspath(d) for d in as_list(config.get("watch_dirs"))]
+        self.watch_dirs = watch_dirs(config)
         self.files: Dict[str, _File] = {}
         for path in as_list(config.get("logs")):
             path = os.path.abspath(path)
@@ -94,25 +101,10 @@ class LogFollower:
         wall = time.time()
         seen = set()
         fresh: List[Tuple[float, str]] = []
-        for directory in self.watch_dirs:
-            try:
-                it = os.scandir(directory)
-            except OSError:
-                continue
-            with it:
-                for entry in it:
-                    if not entry.name.endswith(".log"):
-                        continue
-                    try:
-                        if not entry.is_file():
-                            continue
-                        mtime = entry.stat().st_mtime
-                    except OSError:
-                        continue
-                    path = os.path.join(directory, entry.name)
-                    seen.add(path)
-                    if path not in self.files and wall - mtime <= self.max_age:
-                        fresh.append((mtime, path))
+        for path, mtime in _found_logs(self.watch_dirs):
+            seen.add(path)
+            if path not in self.files and wall - mtime <= self.max_age:
+                fresh.append((mtime, path))
         discovered = sum(1 for f in self.files.values() if not f.explicit)
         for _mtime, path in sorted(fresh, reverse=True)[: max(0, MAX_DISCOVERED - discovered)]:
             f = _File(path, explicit=False)
@@ -139,10 +131,7 @@ class LogFollower:
 
     def _poll_file(self, f: _File, now: float, first: bool) -> List[Dict[str, Any]]:
         frames: List[Dict[str, Any]] = []
-        try:
-            st = os.stat(f.path)
-        except OSError:
-            st = None
+        st = _stat(f)
         if st is None:
             if f.fd is not None:
                 frames.extend(self._read_new(f, now, None))  # drain what the old file still had
@@ -166,9 +155,12 @@ class LogFollower:
             f.pending_event = "rotated"
         if f.fd is None:
             try:
-                f.fd = os.open(f.path, os.O_RDONLY)
+                f.fd = os.open(f.path, os.O_RDONLY if f.explicit else NOFOLLOW)
                 st = os.fstat(f.fd)
             except OSError:
+                f.close()
+                return frames
+            if not f.explicit and not stat.S_ISREG(st.st_mode):
                 f.close()
                 return frames
             f.ident = (st.st_dev, st.st_ino)
@@ -302,6 +294,42 @@ class LogFollower:
     @property
     def held_lines(self) -> int:
         return sum(len(f["lines"]) for held in self._held.values() for f in held)
+
+
+def _stat(f: _File) -> Optional[os.stat_result]:
+    """The file's stat; None when it is gone, or, found in a watch dir, is no longer a regular file (a symlink
+    or a FIFO put in its place counts as missing: never followed)."""
+    try:
+        st = os.stat(f.path) if f.explicit else os.lstat(f.path)
+    except OSError:
+        return None
+    return st if f.explicit or stat.S_ISREG(st.st_mode) else None
+
+
+def _found_logs(dirs: List[Tuple[str, bool]]) -> List[Tuple[str, float]]:
+    """``(path, mtime)`` of the regular ``*.log`` files (symlinks skipped, never followed) at the top of each watch
+    dir, and below it for a recursive one (symlinked subdirectories are not entered)."""
+    out: List[Tuple[str, float]] = []
+    scanned = 0
+    for top, recursive in dirs:
+        stack = [(top, 0)]
+        while stack and scanned < MAX_SCAN:
+            directory, depth = stack.pop()
+            try:
+                with os.scandir(directory) as it:
+                    entries = list(it)
+            except OSError:
+                continue
+            for entry in entries:
+                scanned += 1
+                try:
+                    if entry.name.endswith(".log") and entry.is_file(follow_symlinks=False):
+                        out.append((os.path.join(directory, entry.name), entry.stat(follow_symlinks=False).st_mtime))
+                    elif recursive and depth < MAX_DEPTH and entry.is_dir(follow_symlinks=False):
+                        stack.append((entry.path, depth + 1))
+                except OSError:
+                    continue
+    return out
 
 
 def hold_frames(held_by_path: Dict[str, List[Dict[str, Any]]], frames: List[Dict[str, Any]], cap: int) -> None:

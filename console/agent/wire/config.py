@@ -10,8 +10,11 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import os
 import re
-from typing import Any, Dict, List, Mapping, Optional, Pattern, TypedDict, Union, cast  # typing has TypedDict since 3.8
+
+# typing has TypedDict since 3.8
+from typing import Any, Dict, List, Mapping, Optional, Pattern, Tuple, TypedDict, Union, cast
 
 
 class BenchmarkConfig(TypedDict):
@@ -40,7 +43,7 @@ class AgentConfig(TypedDict):
     log_interval: float  # seconds between log polls
     heartbeat_interval: float
     logs: List[str]  # files always followed (may not exist yet)
-    watch_dirs: List[str]  # directories searched for recently modified *.log
+    watch_dirs: List[str]  # directories searched for recently modified *.log (their top; "DIR/**": below too)
     discover_max_age: float  # a *.log modified within this many seconds is followed
     backlog_lines: int  # lines of each log sent on connect
     max_line_chars: int
@@ -125,6 +128,20 @@ def as_list(value: Any) -> List[str]:
     if isinstance(value, str):
         return [value]
     return [str(v) for v in value]
+
+
+RECURSIVE = "/**"  # a watch_dirs entry ending so is searched in its subdirectories too
+
+
+def watch_dirs(config: Mapping[str, Any]) -> List[Tuple[str, bool]]:
+    """``(absolute directory, recursive)`` per ``watch_dirs`` entry: only the top of a directory is searched
+    unless the entry ends in ``/**`` (another program's files in a subdirectory of /tmp are not this run's)."""
+    out: List[Tuple[str, bool]] = []
+    for entry in as_list(config.get("watch_dirs")):
+        recursive = entry.endswith(RECURSIVE)
+        directory = entry[: -len(RECURSIVE)] or os.sep if recursive else entry
+        out.append((os.path.abspath(directory), recursive))
+    return out
 
 
 def compile_patterns(patterns: Any) -> List[Pattern[str]]:
