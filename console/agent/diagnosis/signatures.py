@@ -6,7 +6,9 @@ before ``transport_error``). The patterns follow the real programs' wording (PyT
 llama.cpp/ggml, lotus, curl, wget, huggingface_hub, the NVIDIA driver and the kernel).
 ``HARMLESS``: lines that look like failures but are known noise (never a finding).
 ``COMPLETED``: lines that say a run ended well (the ``finished`` verdict).
-``[[signature]]`` rows of fleet.toml come in through ``compile_custom`` and are tried before the built-ins.
+``[[signature]]`` rows of fleet.toml come in through ``compile_custom`` and are tried before the built-ins, in a
+child process under a time budget per diagnosis (``CUSTOM_BUDGET``) on lines cut to ``CUSTOM_LINE_CAP``: a
+pattern that backtracks for ever costs the diagnosis that budget, not its answer (``custom_notes`` says so).
 
 ``download_stalled`` and ``hung`` are not here: they come from progress that stopped moving
 (``console.agent.diagnosis.progress``). The table's prefilter is ``prefilter.py``, reading a log's tail
@@ -15,16 +17,21 @@ llama.cpp/ggml, lotus, curl, wget, huggingface_hub, the NVIDIA driver and the ke
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
+import threading
+import time
 from typing import Any, Dict, Iterable, List, Optional, Pattern, Sequence, Tuple
 
 from .prefilter import Plan, Signature, match_line_fast, plan, triggers
 from .tails import MAX_REPAINTS, collapse_cr, progress_percent, read_tail
 
 __all__ = [
-    "COMPLETED", "HARMLESS", "MAX_REPAINTS", "SIGNATURES", "Plan", "Signature", "builtin_plan", "collapse_cr",
-    "compile_custom", "is_completion", "is_harmless", "match_line", "match_line_fast", "plan", "progress_percent",
-    "read_tail", "scan_lines", "triggers",
+    "COMPLETED", "CUSTOM_BUDGET", "CUSTOM_LINE_CAP", "HARMLESS", "MAX_REPAINTS", "SIGNATURES", "Plan", "Signature",
+    "builtin_plan", "collapse_cr", "compile_custom", "custom_notes", "is_completion", "is_harmless", "match_line",
+    "match_line_fast", "plan", "progress_percent", "read_tail", "scan_lines", "triggers",
 ]
 
 
@@ -324,19 +331,112 @@ COMPLETED: List[Pattern[str]] = [re.compile(p, re.IGNORECASE) for p in (
 SIGNATURE_CODES = [s.code for s in SIGNATURES]
 
 
+CUSTOM_LINE_CAP = 2000  # characters of a line a custom pattern sees
+CUSTOM_BUDGET = 2.0  # seconds all custom patterns of one diagnosis may take together
+
+
+class CustomSignature(Signature):
+    """A fleet file's ``[[signature]]`` row: matched in a child process, under the diagnosis's budget."""
+
+    __slots__ = ()
+
+
+class _Budget:
+    def __init__(self, seconds: float) -> None:
+        self.left = seconds
+        self.note: Optional[str] = None
+
+
+_LOCAL = threading.local()  # the budget of the diagnosis this thread runs (one diagnosis per thread at a time)
+
+
+def _budget() -> _Budget:
+    budget = getattr(_LOCAL, "budget", None)
+    if budget is None:
+        budget = _LOCAL.budget = _Budget(CUSTOM_BUDGET)
+    return budget
+
+
 def compile_custom(rows: Optional[Sequence[Any]]) -> List[Signature]:
     """``[[signature]]`` rows (dicts: code, severity, pattern, explanation) as signatures; bad rows are skipped
-    (the console validated them with file:line errors already)."""
+    (the console validated them with file:line errors already). Starts this thread's diagnosis budget."""
+    _LOCAL.budget = _Budget(CUSTOM_BUDGET)
     out: List[Signature] = []
     for row in rows or ():
         if not isinstance(row, dict):
             continue
         try:
-            out.append(_sig(str(row["code"]), str(row.get("severity") or "error"), str(row["pattern"]),
-                            str(row.get("explanation") or row["code"])))
-        except (KeyError, re.error):
+            sig = _sig(str(row["code"]), str(row.get("severity") or "error"), str(row["pattern"]),
+                       str(row.get("explanation") or row["code"]))
+        except (KeyError, re.error, RecursionError, OverflowError, ValueError):
             continue
+        out.append(CustomSignature(*sig))
     return out
+
+
+def custom_notes() -> List[str]:
+    """What this thread's diagnosis should say about its custom patterns (they ran out of time), if anything."""
+    note = _budget().note
+    return [note] if note else []
+
+
+# The child that runs custom patterns: "<line index> <row index or -1>" a line, flushed, so that what it answered
+# before it was stopped counts.
+_CHILD = (
+    "import json, re, sys\n"
+    "job = json.loads(sys.stdin.read())\n"
+    "rows = [re.compile(p, f) for p, f in job['rows']]\n"
+    "for i, text in enumerate(job['lines']):\n"
+    "    text = text[:job['cap']]\n"
+    "    hit = next((j for j, rx in enumerate(rows) if rx.search(text)), -1)\n"
+    "    sys.stdout.write('%d %d\\n' % (i, hit))\n"
+    "    sys.stdout.flush()\n"
+)
+
+
+def _answers(out: bytes, rows: Sequence[Signature]) -> Tuple[Dict[int, Signature], int]:
+    """The child's hits by line index, and how many lines it answered."""
+    hits: Dict[int, Signature] = {}
+    answered = 0
+    for row in out.split(b"\n"):
+        parts = row.split()
+        if len(parts) == 2 and all(p.lstrip(b"-").isdigit() for p in parts):
+            i, j = int(parts[0]), int(parts[1])
+            answered = i + 1
+            if 0 <= j < len(rows):
+                hits[i] = rows[j]
+    return hits, answered
+
+
+def _custom_hits(rows: Sequence[Signature], lines: List[str], path: str, first_line: int) -> Dict[int, Signature]:
+    """Which custom row matches each line (by index), found in a child stopped when the budget is spent."""
+    budget = _budget()
+    if budget.left <= 0 or not lines:
+        return {}
+    job = json.dumps({"rows": [[s.pattern.pattern, s.pattern.flags] for s in rows], "cap": CUSTOM_LINE_CAP,
+                      "lines": [str(t) for t in lines]}).encode()
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen([sys.executable or "python3", "-c", _CHILD], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    except OSError as exc:
+        budget.left, budget.note = 0.0, "custom signatures not applied: cannot start %s (%s)" % (sys.executable, exc)
+        return {}
+    try:
+        out, _ = proc.communicate(job, timeout=budget.left)
+        finished = True
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        finished = False
+    budget.left -= time.monotonic() - start
+    hits, answered = _answers(out, rows)
+    if not finished:
+        budget.left = 0.0
+        budget.note = ("custom signatures stopped after %g s at %s:%d (a [[signature]] pattern too slow for that "
+                       "line); the lines after it were matched against the built-in table only"
+                       % (CUSTOM_BUDGET, path, first_line + answered))
+    return hits
 
 
 def is_harmless(text: str) -> bool:
@@ -367,11 +467,17 @@ def builtin_plan() -> Plan:
 def scan_lines(
     lines: Iterable[str], path: str, first_line: int = 1, table: Optional[Sequence[Signature]] = None
 ) -> List[Dict[str, Any]]:
-    """Every line that matches a signature: ``{code, severity, explanation, path, line, text}``."""
-    prepared = builtin_plan() if table is None or table is SIGNATURES else plan(table)
+    """Every line that matches a signature: ``{code, severity, explanation, path, line, text}``.
+
+    A table's custom rows (``compile_custom``) run in a child under the diagnosis's budget, before the others."""
+    lines = list(lines)
+    custom = [s for s in table if isinstance(s, CustomSignature)] if table is not None else []
+    rest = [s for s in table if not isinstance(s, CustomSignature)] if custom and table is not None else table
+    prepared = builtin_plan() if rest is None or rest is SIGNATURES or rest == SIGNATURES else plan(rest)
+    custom_hits = _custom_hits(custom, lines, path, first_line) if custom else {}
     hits: List[Dict[str, Any]] = []
     for offset, text in enumerate(lines):
-        sig = match_line_fast(text, prepared)
+        sig = custom_hits.get(offset) or match_line_fast(text, prepared)
         if sig is not None:
             hits.append(
                 {
@@ -384,5 +490,3 @@ def scan_lines(
                 }
             )
     return hits
-
-
