@@ -115,6 +115,8 @@ def test_an_alert_row_becomes_a_rule(tmp_path: Path) -> None:
      "bell = true (where to send it)"),
     ('[[alert]]\nname = "X"\nstatuses = "failed"\nwebhook = "ftp://h/x"\n',
      "F:8: alert 'X': webhook must be an http:// or https:// URL or a list of them, not 'ftp://h/x'"),
+    ('[[alert]]\nname = "X"\nstatuses = "failed"\nwebhook = "http://user:pw@h:99999/x"\n',  # no such port
+     "F:8: alert 'X': webhook must be an http:// or https:// URL or a list of them, not 'http://user:pw@h:99999/x'"),
     ('[[alert]]\nname = "X"\nstatuses = "failed"\nbell = "yes"\n',
      "F:8: alert 'X': bell must be true or false (not a string), not 'yes'"),
     ('[[alert]]\nname = "X"\nstatuses = "failed"\nbell = true\nfor = -1\n',

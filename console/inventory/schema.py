@@ -172,9 +172,10 @@ class SourceRow(Struct, forbid_unknown_fields=True, omit_defaults=True):
 StatusName = Literal["failed", "needs_action", "unreachable", "benchmark_down", "stale", "gpu_idle", "connecting", "ok"]
 AlertFor = Annotated[float, Meta(ge=0, le=86400, description="a number of seconds from 0 to 86400")]
 AlertRepeat = Annotated[float, Meta(ge=0, le=604800, description="a number of seconds from 0 (never) to 604800")]
-WebhookUrl = Annotated[
-    str, Meta(pattern=r"^https?://[^\s/?#]+[^\s]*$", max_length=2048, description="an http:// or https:// URL")
-]
+# scheme, an optional user:password@ (sent as basic auth), a host or [IPv6], an optional valid port, the rest
+WEBHOOK_RE = (r"^https?://(?:[^\s/?#]*@)?(?:\[[0-9A-Fa-f:.]+\]|[^\s/?#@:\[\]]+)(?::" + _PORT_RE
+              + r")?(?:[/?#]\S*)?$")
+WebhookUrl = Annotated[str, Meta(pattern=WEBHOOK_RE, max_length=2048, description="an http:// or https:// URL")]
 
 
 class AlertRow(Struct, forbid_unknown_fields=True, omit_defaults=True):

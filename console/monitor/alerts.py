@@ -9,11 +9,17 @@ The JSON is Alertmanager's webhook payload (version 4), so receivers written for
 bridges, incident tools) take it as is. Delivery never blocks the console: each webhook has its own queue
 and task; a post runs in a thread with a timeout, and a failing receiver is retried with exponential
 backoff (1 s doubling to 5 min, at most ``MAX_ATTEMPTS`` tries) while newer notifications wait behind it.
+
+A webhook URL may carry a secret (a token in its path or query, a ``user:password@``): the URL is used only to
+post; logs, the ``fleet_webhook_failures`` label and task names say ``scheme://host[:port]`` (``webhook_names``).
+``user:password@`` is sent as HTTP basic auth, not as part of the host. Redirects are never followed (a
+receiver cannot send the alerts, or the credentials, elsewhere): a 3xx is a failed post naming where it pointed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import datetime as dt
 import fnmatch
@@ -22,6 +28,7 @@ import json
 import logging
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -29,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from console.core.state import FleetState, InstanceState
+from console.core.text_safety import one_line, url_origin
 from console.inventory.schema import AlertSpec
 
 log = logging.getLogger("fleet_console.alerts")
@@ -121,11 +129,37 @@ def payload(
     }
 
 
-class WebhookSender:
-    """One receiver: a queue of bodies posted in order; retried with backoff; never waited on by the console."""
+def webhook_names(urls: Iterable[str]) -> dict[str, str]:
+    """URL -> the name logs and metric labels use: ``scheme://host[:port]``, `` #2`` on a second URL to the same."""
+    names: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    for url in urls:
+        if url not in names:
+            base = url_origin(url)
+            seen[base] = seen.get(base, 0) + 1
+            names[url] = base if seen[base] == 1 else f"{base} #{seen[base]}"
+    return names
 
-    def __init__(self, url: str, on_failure: Callable[[str], None] | None = None) -> None:
+
+def split_userinfo(url: str) -> tuple[str, str | None]:
+    """(the URL without ``user:password@``, its ``Authorization: Basic`` value or None): what curl does with it."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    user = urllib.parse.unquote(parts.username or "")
+    password = urllib.parse.unquote(parts.password or "")
+    target = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    return target, "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+
+
+class WebhookSender:
+    """One receiver: a queue of bodies posted in order; retried with backoff; never waited on by the console.
+    ``name`` (default ``scheme://host[:port]``) is what logs and ``on_failure`` say, never the URL."""
+
+    def __init__(self, url: str, on_failure: Callable[[str], None] | None = None, name: str | None = None) -> None:
         self.url = url
+        self.name = name or url_origin(url)
+        self.target, self.auth = split_userinfo(url)
         self.queue: deque[tuple[bytes, str]] = deque()
         self.on_failure = on_failure
         self.sent = 0
@@ -135,13 +169,13 @@ class WebhookSender:
 
     def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"webhook {self.url}")
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"webhook {self.name}")
 
     def post(self, body: dict[str, Any], what: str) -> None:
         if len(self.queue) >= MAX_QUEUE:
             self.queue.popleft()
             self.dropped += 1
-            log.warning("webhook %s: queue full, dropped the oldest notification", self.url)
+            log.warning("webhook %s: queue full, dropped the oldest notification", self.name)
         self.queue.append((json.dumps(body, separators=(",", ":")).encode(), what))
         self._wake.set()
 
@@ -154,18 +188,20 @@ class WebhookSender:
                 delay = BACKOFF_FIRST
                 for attempt in range(1, MAX_ATTEMPTS + 1):
                     try:
-                        await asyncio.to_thread(_post, self.url, body)
+                        await asyncio.to_thread(_post, self.target, body, self.auth)
                         self.sent += 1
                         break
                     except Exception as exc:  # any failure of the receiver is retried, none reaches the console
+                        reason = one_line(exc, 300)  # a receiver's reason phrase is its text, not ours
                         if self.on_failure is not None:
-                            self.on_failure(self.url)
+                            self.on_failure(self.name)
                         if attempt == MAX_ATTEMPTS:
                             self.dropped += 1
-                            log.error("webhook %s: gave up on %s after %d attempts: %s", self.url, what, attempt, exc)
+                            log.error("webhook %s: gave up on %s after %d attempts: %s", self.name, what, attempt,
+                                      reason)
                             break
                         log.warning("webhook %s: %s failed (attempt %d): %s; retry in %gs",
-                                    self.url, what, attempt, exc, delay)
+                                    self.name, what, attempt, reason, delay)
                         await asyncio.sleep(delay)
                         delay = min(delay * 2, BACKOFF_MAX)
                 if self.queue and self.queue[0][0] is body:
@@ -183,13 +219,32 @@ class WebhookSender:
             self._task = None
 
 
-def _post(url: str, body: bytes) -> None:
-    request = urllib.request.Request(
-        url, data=body, method="POST",
-        headers={"Content-Type": "application/json", "User-Agent": "fleet-console"},
-    )
-    with urllib.request.urlopen(request, timeout=POST_TIMEOUT) as response:  # http(s) only: the schema checks the URL
-        response.read(65536)
+class WebhookRedirected(Exception):
+    """The receiver answered with a redirect: not followed, a failed post."""
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any) -> None:
+        return None  # urllib then raises the 3xx as an HTTPError, which _post names
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
+def _post(url: str, body: bytes, auth: str | None = None) -> None:
+    headers = {"Content-Type": "application/json", "User-Agent": "fleet-console"}
+    if auth is not None:
+        headers["Authorization"] = auth
+    request = urllib.request.Request(url, data=body, method="POST", headers=headers)
+    try:
+        with _OPENER.open(request, timeout=POST_TIMEOUT) as response:  # http(s) only: the schema checks the URL
+            response.read(65536)
+    except urllib.error.HTTPError as exc:
+        if not 300 <= exc.code < 400:
+            raise
+        where = url_origin(urllib.parse.urljoin(url, exc.headers.get("Location") or "")) or "nowhere"
+        exc.close()
+        raise WebhookRedirected(f"HTTP {exc.code} redirect to {where} not followed (redirects never are)") from None
 
 
 class AlertEngine:
@@ -202,15 +257,13 @@ class AlertEngine:
         self.bell = bell
         self.count = count
         self.active: dict[tuple[str, str], Alert] = {}
-        self.senders: dict[str, WebhookSender] = {}
-        for rule in self.rules:
-            for url in rule.webhooks:
-                if url not in self.senders:
-                    self.senders[url] = WebhookSender(url, self._failed)
+        names = webhook_names(url for rule in self.rules for url in rule.webhooks)
+        self.senders: dict[str, WebhookSender] = {url: WebhookSender(url, self._failed, name)
+                                                  for url, name in names.items()}
 
-    def _failed(self, url: str) -> None:
+    def _failed(self, name: str) -> None:
         if self.count is not None:
-            self.count("fleet_webhook_failures", (url,))
+            self.count("fleet_webhook_failures", (name,))
 
     def start(self) -> None:
         for sender in self.senders.values():

@@ -206,7 +206,8 @@ COUNTERS: dict[str, tuple[str, list[str]]] = {
     "fleet_restarts": ("benchmark restarts by outcome (ok, failed, refused)", ["name", "host", "outcome"]),
     "fleet_status_changes": ("status transitions by the status entered", ["name", "host", "status"]),
     "fleet_alert_notifications": ("alert notifications queued by rule and state", ["alertname", "state"]),
-    "fleet_webhook_failures": ("webhook posts that failed (each retry counts)", ["webhook"]),
+    # webhook: its scheme://host[:port] (console/monitor/alerts.py webhook_names), never the URL and its secrets
+    "fleet_webhook_failures": ("webhook posts that failed (each retry counts), by receiver", ["webhook"]),
 }
 
 
