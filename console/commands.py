@@ -18,6 +18,7 @@ from console.fleet_file import fail, load_fleet_file
 from console.inventory import ConfigError, Fleet
 from console.monitor.monitoring import tui_controller
 from console.ui.app import FleetApp
+from console.ui.hangup import HANGUP_EXIT_CODE
 
 SEVERITY_ORDER = {"critical": 0, "error": 1, "warning": 2, "info": 3}
 
@@ -51,7 +52,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     app = FleetApp(controller, theme=args.theme, bell=args.bell)
     controller.monitoring.bell = app.bell  # for alert rules with bell = true
     app.run()
-    return 0
+    return HANGUP_EXIT_CODE if app.hangup.hung_up else 0
 
 
 # -- one-shot -------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import logging
 import signal
 
 from console.core.controller import FleetController
+from console.core.fleet_watch import DAEMON_RELOAD_SIGNALS
 from console.fleet_file import fail, load_fleet_file
 from console.headless import run_fleet_headless, setup_logging
 from console.inventory import ConfigError, Fleet
@@ -52,6 +53,7 @@ def run_serve(args: argparse.Namespace) -> int:
         monitorings.append(monitoring)
         # as the TUI: the fleet file is followed (edits, SIGHUP: systemd's ExecReload=kill -HUP $MAINPID)
         controller = MonitoredController(fleet, monitoring, read_only=args.read_only, demo=demo, watch=not demo)
+        controller.watch.reload_signals = DAEMON_RELOAD_SIGNALS  # a daemon: SIGHUP reloads (the TUI quits on it)
         controller.auto_diagnose = not args.no_auto_diagnose  # the one rule (console/core/autodiag.py)
         controller.autodiag.report = lambda name, why: log.warning("diagnose %s: %s", name, why)
         return controller

@@ -96,10 +96,10 @@ async def test_file_change_and_sighup_reload(sshd: Sshd, tmp_path: Path) -> None
         write(path, defaults(sshd) + instance("a", sshd) + instance("b", sshd))
         os.utime(path, ns=(1, 1))  # a different mtime even within the file system's granularity
         await until(lambda: "b" in controller.links, what="b added after the file changed")
-        controller.watch.poll = 3600.0  # only SIGHUP from here on
+        controller.watch.poll = 3600.0  # only the reload signal from here on
         await asyncio.sleep(0.3)
         path.write_text(defaults(sshd) + instance("b", sshd))  # the poll no longer looks
-        os.kill(os.getpid(), signal.SIGHUP)
+        os.kill(os.getpid(), signal.SIGUSR1)
         await until(lambda: "a" not in controller.links, what="a removed after SIGHUP")
         assert set(controller.state.instances) == {"b"}
     finally:

@@ -1,12 +1,12 @@
-"""The fleet while it runs: re-read ``fleet.toml`` when it changes or on SIGHUP, and re-run its imports.
+"""The fleet while it runs: re-read ``fleet.toml`` when it changes or on a reload signal, and re-run its imports.
 
 ``FleetWatch(controller)`` polls the fleet file's mtime every few seconds (no new dependency: a stat
-call is cheap) and installs a SIGHUP handler; both call ``controller.reload()``. Every ``vastai = true``
-or ``command = [...]`` import runs its CLI every ``refresh`` seconds (``run_import``: an asyncio
-subprocess with a timeout); its hosts become instances with the fleet file's ``[defaults]`` and
-``[benchmark]`` (``build_imported``), and ``controller.set_imported`` connects the new rentals and drops
-the destroyed ones. A failing CLI is one line in ``controller.fleet_errors``, never a crash, and keeps
-the last good list (a CLI hiccup must not disconnect a fleet).
+call is cheap) and installs the reload signals' handlers (SIGUSR1; serve adds SIGHUP); both call
+``controller.reload()``. Every ``vastai = true`` or ``command = [...]`` import runs its CLI every ``refresh``
+seconds (``run_import``: an asyncio subprocess with a timeout); its hosts become instances with the fleet
+file's ``[defaults]`` and ``[benchmark]`` (``build_imported``), and ``controller.set_imported`` connects the
+new rentals and drops the destroyed ones. A failing CLI is one line in ``controller.fleet_errors``, never a crash,
+and keeps the last good list (a CLI hiccup must not disconnect a fleet).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import dataclasses
 import json
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -207,15 +208,24 @@ def import_key(spec: ImportSpec) -> str:
     return f"{spec.source} {' '.join(spec.command)}"
 
 
-class FleetWatch:
-    """Reloads the fleet when its file changes or on SIGHUP; re-runs its imports every ``refresh`` s."""
+# Signals that re-read the fleet file. A terminal program ends on SIGHUP (its terminal went away: the TUI
+# quits, console/ui/hangup.py), so there SIGUSR1 reloads; serve, a daemon, adds SIGHUP (systemd's ExecReload).
+TERMINAL_RELOAD_SIGNALS: tuple[int, ...] = (signal.SIGUSR1,)
+DAEMON_RELOAD_SIGNALS: tuple[int, ...] = (signal.SIGHUP, signal.SIGUSR1)
 
-    def __init__(self, controller: FleetController, poll: float = POLL_SECONDS) -> None:
+
+class FleetWatch:
+    """Reloads the fleet when its file changes or on a reload signal; re-runs its imports every ``refresh`` s."""
+
+    def __init__(self, controller: FleetController, poll: float = POLL_SECONDS,
+                 reload_signals: tuple[int, ...] = TERMINAL_RELOAD_SIGNALS) -> None:
         self.controller = controller
         self.poll = poll
+        self.reload_signals = reload_signals
         self._tasks: list[asyncio.Task[None]] = []
         self._import_tasks: dict[str, asyncio.Task[None]] = {}
-        self._sighup = False
+        self._handled: tuple[int, ...] = ()  # the reload signals whose handlers are installed now
+        self.on_reload: Callable[[str], None] | None = None  # told each reload's one line (the TUI's toast)
         self.reloads = 0
 
     @property
@@ -224,12 +234,15 @@ class FleetWatch:
         return Path(source) if source and Path(source).is_file() else None
 
     async def start(self, watch_file: bool = True) -> None:
-        """Watch the file (and SIGHUP) when ``watch_file``; run the imports once now, then every refresh."""
+        """Watch the file (and the reload signals) when ``watch_file``; run the imports once now, then every
+        refresh."""
         if watch_file and self.path is not None:
             self._tasks.append(asyncio.create_task(self._poll_file(self._signature()), name="fleet-watch:file"))
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not the main thread
-                asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._on_sighup)
-                self._sighup = True
+            loop = asyncio.get_running_loop()
+            for sig in self.reload_signals:
+                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not the main thread
+                    loop.add_signal_handler(sig, self._on_signal, signal.Signals(sig).name)
+                    self._handled += (sig,)
         if self.controller.fleet.imports:
             if watch_file:  # the UI is up meanwhile; rentals appear when the CLI answers
                 self._tasks.append(asyncio.create_task(refresh_imports(self.controller), name="imports:first"))
@@ -248,10 +261,10 @@ class FleetWatch:
                 self._import_tasks[key] = asyncio.create_task(self._refresh_loop(spec), name=f"import:{key}")
 
     async def stop(self) -> None:
-        if self._sighup:
+        for sig in self._handled:
             with contextlib.suppress(Exception):
-                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
-            self._sighup = False
+                asyncio.get_running_loop().remove_signal_handler(sig)
+        self._handled = ()
         tasks = [*self._tasks, *self._import_tasks.values()]
         self._tasks, self._import_tasks = [], {}
         for task in tasks:
@@ -260,13 +273,15 @@ class FleetWatch:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
-    def _on_sighup(self) -> None:
-        self._tasks.append(asyncio.create_task(self._reload("SIGHUP")))
+    def _on_signal(self, name: str) -> None:
+        self._tasks.append(asyncio.create_task(self._reload(name)))
 
     async def _reload(self, why: str) -> None:
         self.reloads += 1
         with contextlib.suppress(Exception):  # reload reports its own errors in fleet_errors
-            await self.controller.reload()
+            message = await self.controller.reload()
+            if self.on_reload is not None:
+                self.on_reload(message)
 
     def _signature(self) -> tuple[int, int, int] | None:
         """mtime, size and inode: an editor that replaces the file within one mtime tick still shows."""

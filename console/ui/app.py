@@ -29,6 +29,7 @@ from console.core.detail import DetailTracker, table_on_screen
 from console.core.status import THEME_DEFAULTS
 from console.ui import fleet_actions, theming
 from console.ui.command_runner import run_command
+from console.ui.hangup import CHECK_SECONDS, HangupWatch
 from console.ui.header import DEMO_BANNER, fleet_header
 from console.ui.idle_gc import IdleCollector
 from console.ui.instance_screens import WARM_AFTER, InstanceScreens
@@ -101,6 +102,7 @@ class FleetApp(NoticeBoard, ScreenshotDelivery):
         self._header_key: Any = None
         self._stopped = False
         self.idle_gc = IdleCollector()  # full collections between keys (console/ui/idle_gc.py)
+        self.hangup = HangupWatch(self.action_quit)  # SIGHUP or a dead tty ends the TUI (console/ui/hangup.py)
         self.frames_painted = 0
         self.instance_screens = InstanceScreens(self)  # built once, shown for each instance opened
 
@@ -146,6 +148,11 @@ class FleetApp(NoticeBoard, ScreenshotDelivery):
         self.set_interval(1.0, self.idle_gc.tick)
         # dialogs, toasts and recomposed panes leave their rendered lines in Textual's cache otherwise
         self.set_interval(60.0, release_dead_line_caches)
+        self.hangup.install()  # the terminal gone (SIGHUP, a dead tty): quit, as a terminal program does
+        watch = getattr(self.controller, "watch", None)  # (a replay has no fleet file to follow)
+        if watch is not None:
+            watch.on_reload = self._reloaded  # an edit or SIGUSR1 says what it did, as R does
+        self.set_interval(CHECK_SECONDS, self.hangup.check)
         self.paint_frame()
         try:
             await self.controller.start()
@@ -348,7 +355,12 @@ class FleetApp(NoticeBoard, ScreenshotDelivery):
         self.run_worker(self._reload(), group="reload", exclusive=True)
 
     async def _reload(self) -> None:
-        message = await self.controller.reload()
+        self._reloaded(await self.controller.reload())
+
+    def _reloaded(self, message: str) -> None:
+        source = str(getattr(getattr(self.controller, "fleet", None), "source", "") or "")
+        if source and "/" in source:  # a toast is one line: the file's name, so that what changed shows
+            message = message.replace(source, source.rsplit("/", 1)[1])
         self.notify(message, severity="error" if "not reloaded" in message else "information", timeout=6)
 
     def action_diagnose(self) -> None:
@@ -438,6 +450,7 @@ class FleetApp(NoticeBoard, ScreenshotDelivery):
 
     async def on_unmount(self) -> None:
         self.idle_gc.uninstall()
+        self.hangup.uninstall()
         await self.stop_controller()
 
     async def on_event(self, event: events.Event) -> None:
