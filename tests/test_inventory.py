@@ -38,7 +38,7 @@ BAD: list[tuple[str, int | None, str]] = [
     (I + "port = '22'\n", 4, "instance 'a': port must be a number from 1 to 65535, not '22'"),
     (I + "port = true\n", 4, "instance 'a': port must be a number from 1 to 65535, not True"),
     (I + "port = 22.5\n", 4, "instance 'a': port must be a number from 1 to 65535, not 22.5"),
-    (I + "tags = [1, 2]\n", 4, "instance 'a': tags must be a string or a list of strings, not [1, 2]"),
+    (I + "tags = [1, 2]\n", 4, "instance 'a': tags must be a list of strings, not [1, 2]"),
     (I + "logs = 5\n", 4, "instance 'a': logs must be a string or a list of strings, not 5"),
     (I + "watch_dirs = [true]\n", 4, "instance 'a': watch_dirs must be a string or a list of strings, not [True]"),
     (I + "gpus = '2'\n", 4, "instance 'a': gpus must be a whole number of GPUs from 0 to 1024, not '2'"),
@@ -253,14 +253,16 @@ VAST = {"id": 7, "label": "lab", "ssh_host": "ssh4.vast.ai", "ssh_port": 30101, 
     [
         ({"id": 1}, "expected a JSON array of instances (vastai show instances --raw), not object"),
         (None, "expected a JSON array of instances (vastai show instances --raw), not null"),
-        ([5], "instance #0 is not an object but 5"),
-        ([{**VAST, "ssh_host": None, "public_ipaddr": None}], "instance 7 ('lab') has no ssh_host (or public_ipaddr)"),
-        ([{**VAST, "ssh_port": None}], "instance 7 ('lab') has no ssh_port"),
-        ([{**VAST, "ssh_port": "30101"}], "instance 7 ('lab'): ssh_port must be a number from 1 to 65535, not '30101'"),
-        ([{**VAST, "num_gpus": "2"}], "instance 7 ('lab'): num_gpus must be a number from 0 to 1024, not '2'"),
-        ([{**VAST, "label": 5}], "instance 7: label must be a string, not 5"),
-        ([{**VAST, "id": None}], "instance #0: id must be a number or a string, not None"),
-        ([{**VAST, "ssh_host": ["x"]}], "instance 7 ('lab'): ssh_host must be a string, not ['x']"),
+        ([5], ":1: instance #0 is not an object but 5"),
+        ([{**VAST, "ssh_host": None, "public_ipaddr": None}],
+         ":1: instance 7 ('lab'): [0].ssh_host (or public_ipaddr) is missing"),
+        ([{**VAST, "ssh_port": None}], ":1: instance 7 ('lab'): [0].ssh_port is missing"),
+        ([{**VAST, "ssh_port": "30101"}],
+         ":1: instance 7 ('lab'): [0].ssh_port must be a number from 1 to 65535, not '30101'"),
+        ([{**VAST, "num_gpus": "2"}], ":1: instance 7 ('lab'): [0].num_gpus must be a number from 0 to 1024, not '2'"),
+        ([{**VAST, "label": 5}], ":1: instance 7: [0].label must be a string, not 5"),
+        ([{**VAST, "id": None}], ":1: instance #0: [0].id must be a number or a string, not None"),
+        ([{**VAST, "ssh_host": ["x"]}], ":1: instance 7 ('lab'): [0].ssh_host must be a string, not ['x']"),
     ],
 )
 def test_odd_vastai_json_is_one_line_naming_file_and_instance(tmp_path: Path, data: object, reason: str) -> None:
@@ -269,7 +271,8 @@ def test_odd_vastai_json_is_one_line_naming_file_and_instance(tmp_path: Path, da
     fleet.write_text('[[import]]\nvastai_json = "v.json"\n')
     with pytest.raises(ConfigError) as info:
         load_fleet(fleet)
-    assert str(info.value) == f"{tmp_path / 'v.json'}: {reason}"
+    assert str(info.value) == (f"{tmp_path / 'v.json'}{reason}" if reason.startswith(":") else
+                               f"{tmp_path / 'v.json'}: {reason}")
 
 
 def test_parse_vastai_instances_maps_the_raw_fields() -> None:
@@ -283,7 +286,7 @@ def test_parse_vastai_instances_maps_the_raw_fields() -> None:
          "source": "vastai (id 8)", "vast_id": 8, "status": "running"},
     ]
     # an exited row is skipped before its fields are checked; kept (running_only=False), it must be whole
-    with pytest.raises(ConfigError, match=r"instance 9 .* has no ssh_port"):
+    with pytest.raises(ConfigError, match=r"^x: instance 9 .*: \[2\]\.ssh_port is missing$"):
         parse_vastai_instances(rows, "x", running_only=False)
 
 
@@ -296,7 +299,7 @@ def test_vastai_json_import_carries_gpus_and_duplicates_name_both(tmp_path: Path
     fleet.write_text('[[instance]]\nname = "lab"\nhost = "h"\n\n[[import]]\nvastai_json = "v.json"\n')
     with pytest.raises(ConfigError) as info:
         load_fleet(fleet)
-    assert str(info.value) == f"{tmp_path / 'v.json'} (id 7): duplicate instance name 'lab' (first at {fleet}:1)"
+    assert str(info.value) == f"{tmp_path / 'v.json'}:1: duplicate instance name 'lab' (first at {fleet}:1)"
 
 
 # -- good files ------------------------------------------------------------------------------------

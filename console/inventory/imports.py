@@ -1,15 +1,18 @@
 """Hosts from outside the fleet file: an OpenSSH client config and vast.ai's instance list.
 
 Each reader returns plain dicts of instance fields (``name``, ``host``, ``port``, ... and ``source``,
-where the host came from) after checking every value, so a bad entry is one :class:`ConfigError` naming
-the file and the line, or the vast.ai id and label.
+where the host came from: ``file:line``) after checking every value, so a bad entry is one
+:class:`ConfigError` naming the file and the line (a vast.ai JSON's: the line of the key, and its JSON path
+like ``[3].label``), and the vast.ai id and label. Text fields must be one printable line.
 """
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import glob
 import json
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -158,25 +161,84 @@ def read_vastai_json(path: Path, running_only: bool = True) -> list[dict[str, An
         raise ConfigError(path, exc.lineno, f"invalid JSON: {exc.msg}") from None
     except RecursionError:
         raise ConfigError(path, None, "invalid JSON: nested too deep") from None
-    return parse_vastai_instances(data, str(path), running_only=running_only)
+    return parse_vastai_instances(data, str(path), running_only=running_only, lines=json_lines(text))
 
 
-def _vast_int(item: dict[str, Any], key: str, lo: int, hi: int, source: str, who: str) -> int | None:
-    value = item.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-        raise ConfigError(source, None, f"{who}: {key} must be a number from {lo} to {hi}, not {_short(value)}")
-    return value
+_WS = re.compile(r"[ \t\n\r]*")
 
 
-def _vast_str(item: dict[str, Any], key: str, source: str, who: str) -> str | None:
-    value = item.get(key)
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise ConfigError(source, None, f"{who}: {key} must be a string, not {_short(value)}")
-    return value
+def json_lines(text: str) -> dict[tuple[Any, ...], int]:
+    """Lines in a (valid) vast.ai JSON: ``(i,)`` -> where instance ``i`` starts, ``(i, key)`` -> its key's line."""
+    newlines = [m.start() for m in re.finditer("\n", text)]
+    out: dict[tuple[Any, ...], int] = {}
+    decoder = json.JSONDecoder()
+
+    def ws(pos: int, sep: str = "") -> int:
+        pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+        return ws(pos + 1) if sep and text.startswith(sep, pos) else pos
+
+    def line(pos: int) -> int:
+        return bisect.bisect(newlines, pos) + 1
+
+    def members(pos: int, at: tuple[Any, ...] | None) -> int:
+        """Past the object at ``pos``; its keys' lines noted under ``at``, or its "instances" array read."""
+        pos = ws(pos + 1)
+        while not text.startswith("}", pos):
+            key, end = decoder.raw_decode(text, pos)
+            if at is not None:
+                out[(*at, key)] = line(pos)
+            pos = ws(ws(end), ":")
+            if at is None and key == "instances" and text.startswith("[", pos):
+                array(pos)
+            pos = ws(ws(decoder.raw_decode(text, pos)[1]), ",")
+        return pos + 1
+
+    def array(pos: int) -> None:
+        pos, i = ws(pos + 1), 0
+        while not text.startswith("]", pos):
+            out[(i,)] = line(pos)
+            end = members(pos, (i,)) if text.startswith("{", pos) else decoder.raw_decode(text, pos)[1]
+            pos, i = ws(ws(end), ","), i + 1
+
+    start = ws(0)
+    try:
+        if text.startswith("{", start):  # {"instances": [...]}
+            members(start, None)
+        elif text.startswith("[", start):
+            array(start)
+    except (ValueError, IndexError, RecursionError):  # (the file parsed: only the lines are lost)
+        pass
+    return out
+
+
+class _Item:
+    """One instance of a vast.ai list, for its checks: errors name the line and the JSON path."""
+
+    def __init__(self, item: dict[str, Any], index: int, source: str, lines: dict[tuple[Any, ...], int]) -> None:
+        self.item, self.index, self.source, self.lines, self.who = item, index, source, lines, f"instance #{index}"
+
+    def error(self, key: str | None, reason: str) -> ConfigError:
+        line = self.lines.get((self.index, key)) or self.lines.get((self.index,))
+        path = f"[{self.index}]" + (f".{key}" if key else "")
+        return ConfigError(self.source, line, f"{self.who}: {path} {reason}")
+
+    def int(self, key: str, lo: int, hi: int) -> int | None:
+        value = self.item.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+            raise self.error(key, f"must be a number from {lo} to {hi}, not {_short(value)}")
+        return value
+
+    def str(self, key: str) -> str | None:
+        value = self.item.get(key)
+        if value is None or value == "":
+            return None
+        if not isinstance(value, str):
+            raise self.error(key, f"must be a string, not {_short(value)}")
+        if not value.isprintable():
+            raise self.error(key, f"must be one printable line, not {_short(value)}")
+        return value
 
 
 def _short(value: Any) -> str:
@@ -184,13 +246,16 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def parse_vastai_instances(data: Any, source: str, running_only: bool = True) -> list[dict[str, Any]]:
+def parse_vastai_instances(
+    data: Any, source: str, running_only: bool = True, lines: dict[tuple[Any, ...], int] | None = None
+) -> list[dict[str, Any]]:
     """Instance fields from ``vastai show instances --raw`` output (already JSON-decoded).
 
     Reads the real ``--raw`` fields: ``id``, ``label``, ``ssh_host`` (else ``public_ipaddr``),
     ``ssh_port``, ``actual_status``, ``gpu_name``, ``num_gpus`` (which becomes the expected ``gpus``).
     Each dict holds ``name``, ``host``, ``port``, ``tags``, ``gpus``, ``source``, and ``vast_id`` and
-    ``status`` for the runtime refresh. ``source`` names the file or command, for errors.
+    ``status`` for the runtime refresh. ``source`` names the file or command, ``lines`` (``json_lines``)
+    where each instance is in it, for errors.
     """
     if isinstance(data, dict) and isinstance(data.get("instances"), list):
         data = data["instances"]
@@ -198,36 +263,48 @@ def parse_vastai_instances(data: Any, source: str, running_only: bool = True) ->
         kind = type(data).__name__.replace("dict", "object").replace("NoneType", "null")
         raise ConfigError(source, None, f"expected a JSON array of instances (vastai show instances --raw), not {kind}")
     hosts = []
-    for i, item in enumerate(data):
-        if not isinstance(item, dict):
-            raise ConfigError(source, None, f"instance #{i} is not an object but {_short(item)}")
-        vast_id = item.get("id")
-        if not isinstance(vast_id, (int, str)) or isinstance(vast_id, bool) or vast_id == "":
-            raise ConfigError(source, None, f"instance #{i}: id must be a number or a string, not {_short(vast_id)}")
-        label = item.get("label")
-        who = f"instance {vast_id}" + (f" ({label!r})" if isinstance(label, str) and label else "")
-        label = _vast_str(item, "label", source, who)
-        status = _vast_str(item, "actual_status", source, who)
-        if running_only and status not in (None, "running"):
-            continue
-        host = _vast_str(item, "ssh_host", source, who) or _vast_str(item, "public_ipaddr", source, who)
-        port = _vast_int(item, "ssh_port", 1, 65535, source, who)
-        if host is None or port is None:
-            missing = "ssh_host (or public_ipaddr)" if host is None else "ssh_port"
-            raise ConfigError(source, None, f"{who} has no {missing}")
-        gpus = _vast_int(item, "num_gpus", 0, 1024, source, who)
-        gpu_name = _vast_str(item, "gpu_name", source, who)
-        tags = ["vast"]
-        if gpu_name:
-            tags.append(f"{gpus or 1}x {gpu_name}")
-        hosts.append({
-            "name": label or f"vast-{vast_id}",
-            "host": host,
-            "port": port,
-            "tags": tags,
-            "gpus": gpus,
-            "source": f"{source} (id {vast_id})",
-            "vast_id": vast_id,
-            "status": status,
-        })
+    for i, raw in enumerate(data):
+        if not isinstance(raw, dict):
+            line = (lines or {}).get((i,))
+            raise ConfigError(source, line, f"instance #{i} is not an object but {_short(raw)}")
+        host = _vast_host(_Item(raw, i, source, lines or {}), running_only)
+        if host is not None:
+            hosts.append(host)
     return hosts
+
+
+def _vast_host(item: _Item, running_only: bool) -> dict[str, Any] | None:
+    """One instance's fields (None: not running, and only running ones wanted)."""
+    vast_id = item.item.get("id")
+    if not isinstance(vast_id, (int, str)) or isinstance(vast_id, bool) or not str(vast_id).isprintable() \
+            or vast_id == "":
+        raise item.error("id", f"must be a number or a string, not {_short(vast_id)}")
+    label = item.item.get("label")
+    shown = isinstance(label, str) and label and label.isprintable()
+    item.who = f"instance {str(vast_id)[:40]}" + (f" ({_short(label)})" if shown else "")
+    label = item.str("label")
+    status = item.str("actual_status")
+    if running_only and status not in (None, "running"):
+        return None
+    host = item.str("ssh_host") or item.str("public_ipaddr")
+    port = item.int("ssh_port", 1, 65535)
+    if host is None or port is None:
+        if host is None:
+            raise item.error("ssh_host", "(or public_ipaddr) is missing")
+        raise item.error("ssh_port", "is missing")
+    gpus = item.int("num_gpus", 0, 1024)
+    gpu_name = item.str("gpu_name")
+    tags = ["vast"]
+    if gpu_name:
+        tags.append(f"{gpus or 1}x {gpu_name}")
+    line = item.lines.get((item.index,))
+    return {
+        "name": label or f"vast-{vast_id}",
+        "host": host,
+        "port": port,
+        "tags": tags,
+        "gpus": gpus,
+        "source": f"{item.source}:{line} (id {vast_id})" if line else f"{item.source} (id {vast_id})",
+        "vast_id": vast_id,
+        "status": status,
+    }

@@ -15,8 +15,6 @@ import re
 import tomllib
 import warnings
 from pathlib import Path
-from re import _constants as sre  # type: ignore[attr-defined]
-from re import _parser as sre_parse  # type: ignore[attr-defined]
 from typing import Any
 
 import msgspec
@@ -25,6 +23,7 @@ from msgspec.inspect import DictType, ListType, Metadata, StructType, UnionType,
 from console.inventory import schema, toml_text
 from console.inventory.errors import ConfigError, read_capped
 from console.inventory.imports import read_ssh_config, read_vastai_json
+from console.inventory.patterns import backtracks
 from console.inventory.probes import BUILTIN_PROBE_KEYS
 from console.inventory.records import (
     BenchmarkSpec,
@@ -140,6 +139,7 @@ def _description(t: Any) -> str | None:
 
 
 _ROOT = type_info(FleetFile)
+_DESCRIPTIONS = {**schema.DESCRIPTIONS, "tags": "a list of strings"}  # (a string is refused: see _Builder.text)
 
 
 def _walk(comps: list[Any], into: bool) -> tuple[StructType, Any]:
@@ -208,154 +208,23 @@ def _explain(error: str, data: dict[str, Any], path: Path, lines: toml_text.Line
         return ConfigError(path, lines.line(comps), f"{prefix.rstrip(': ') or what} needs {m.group(2)}")
     name = ".".join(keys)
     field_name = keys[-1] if keys else ""
-    desc = schema.DESCRIPTIONS.get(field_name) or (_description(found.type) if found is not None else None)
+    desc = _DESCRIPTIONS.get(field_name) or (_description(found.type) if found is not None else None)
     value_comps = comps[: max(i for i, c in enumerate(comps) if isinstance(c, str)) + 1] if keys else comps
     value = _value_at(data, value_comps)
     reason = f"{prefix}{name} must be {desc}, not {_short(value)}" if desc else f"{prefix}{name}: {msg}"
     return ConfigError(path, lines.line(comps), reason)
 
 
-# -- patterns that backtrack for ever ---------------------------------------------------------------
-# A repeat whose body can split the same text two ways (``(a+)+``, ``(\w+\s*)+``, ``(.*a){9}``, ``(a|aa)+``)
-# tries every split before it fails: on a long line, for ever. Judged on the parsed regex, Latin-1 wide.
-
-_ALL = frozenset(range(256))
-_REPEATS = (sre.MAX_REPEAT, sre.MIN_REPEAT)
-_CLASSES = {"DIGIT": str.isdigit, "SPACE": str.isspace, "LINEBREAK": lambda c: c == "\n",
-            "WORD": lambda c: c.isalnum() or c == "_"}
-
-
-def _fold(code: int) -> set[int]:
-    c = chr(code)
-    return {ord(x) for x in (c, c.lower(), c.upper()) if len(x) == 1 and ord(x) < 256}
-
-
-def _category(cat: Any) -> frozenset[int]:
-    name = str(cat)
-    test = _CLASSES.get(name.rsplit("_", 1)[-1], lambda c: True)
-    chars = frozenset(i for i in _ALL if test(chr(i)))
-    return _ALL - chars if "_NOT_" in name else chars
-
-
-def _one_char(op: Any, av: Any) -> frozenset[int] | None:
-    """The characters a one-character item matches (case folded); None: not such an item."""
-    if op is sre.LITERAL or op is sre.NOT_LITERAL:
-        chars = frozenset(_fold(av))
-        return chars if op is sre.LITERAL else _ALL - chars
-    if op is sre.ANY:
-        return _ALL
-    if op is not sre.IN:
-        return None
-    out: set[int] = set()
-    for o, a in av:
-        if o is sre.LITERAL:
-            out |= _fold(a)
-        elif o is sre.RANGE:
-            out |= {f for i in range(a[0], min(a[1], 255) + 1) for f in _fold(i)}
-        elif o is sre.CATEGORY:
-            out |= _category(a)
-        elif o is not sre.NEGATE:
-            out |= _ALL
-    return _ALL - out if any(o is sre.NEGATE for o, _ in av) else frozenset(out)
-
-
-def _first(items: Any) -> tuple[frozenset[int], bool]:
-    """The characters a sequence can start with, and whether it can match nothing."""
-    first: frozenset[int] = frozenset()
-    for op, av in items:
-        chars = _one_char(op, av)
-        if chars is not None:
-            return first | chars, False
-        if op in _REPEATS or op is sre.POSSESSIVE_REPEAT:
-            f, empty = _first(av[2])
-            empty = empty or av[0] == 0
-        elif op is sre.SUBPATTERN or op is sre.ATOMIC_GROUP:
-            f, empty = _first(av[-1] if op is sre.SUBPATTERN else av)
-        elif op is sre.BRANCH:
-            parts = [_first(b) for b in av[1]]
-            f, empty = frozenset().union(*(p[0] for p in parts)), any(p[1] for p in parts)
-        elif op in (sre.AT, sre.ASSERT, sre.ASSERT_NOT):
-            f, empty = frozenset(), True
-        else:  # a back-reference, a conditional: anything
-            f, empty = _ALL, True
-        first |= f
-        if not empty:
-            return first, False
-    return first, True
-
-
-def _chars(items: Any) -> frozenset[int]:
-    """Every character a part can consume."""
-    out: frozenset[int] = frozenset()
-    for op, av in items:
-        chars = _one_char(op, av)
-        if chars is not None:
-            out |= chars
-        elif op in _REPEATS or op is sre.POSSESSIVE_REPEAT:
-            out |= _chars(av[2])
-        elif op is sre.SUBPATTERN or op is sre.ATOMIC_GROUP:
-            out |= _chars(av[-1] if op is sre.SUBPATTERN else av)
-        elif op is sre.BRANCH:
-            out = out.union(*(_chars(b) for b in av[1]))
-        elif op not in (sre.AT, sre.ASSERT, sre.ASSERT_NOT):
-            out |= _ALL
-    return out
-
-
-def _literal(items: Any) -> str | None:
-    ops = list(items)
-    return "".join(chr(av).lower() for _, av in ops) if all(op is sre.LITERAL for op, _ in ops) else None
-
-
-def _twice(a: str | None, b: str | None) -> bool:
-    """Whether one literal branch is the other repeated (``a|aa``): the same text, two ways."""
-    if not a or not b:
-        return False
-    short, long = sorted((a, b), key=len)
-    return len(long) % len(short) == 0 and short * (len(long) // len(short)) == long
-
-
-def _ambiguous(items: Any, follow: frozenset[int]) -> bool:
-    """Whether a repeated part holds a repeat that can take characters from what follows it (two splits)."""
-    items = list(items)
-    for i, (op, av) in enumerate(items):
-        rest, empty = _first(items[i + 1:])
-        after = rest | follow if empty else rest
-        if op in _REPEATS and av[0] < av[1] and _chars(av[2]) & after:  # a count that may vary: a?, a*, a{1,3}
-            return True
-        if op is sre.SUBPATTERN and _ambiguous(av[-1], after):
-            return True
-        if op is sre.BRANCH:
-            branches = list(av[1])
-            if any(_ambiguous(b, after) for b in branches):
-                return True
-            if any(_first(b)[1] for b in branches) and _chars(items[i:i + 1]) & after:  # (a|) is a?
-                return True
-            literals = [_literal(b) for b in branches]
-            if any(_twice(x, y) for n, x in enumerate(literals) for y in literals[n + 1:]):
-                return True
-    return False
-
-
-def _backtracks(items: Any) -> bool:
-    """Whether a parsed pattern has a repeat inside a repeat that can match the same text."""
-    for op, av in items:
-        if op in _REPEATS:
-            if av[1] > 1 and _ambiguous(av[2], _first(av[2])[0]):
-                return True
-            inner: list[Any] = [av[2]]
-        elif op is sre.SUBPATTERN:
-            inner = [av[-1]]
-        elif op is sre.BRANCH:
-            inner = list(av[1])
-        else:
-            inner = [av[1]] if op in (sre.ASSERT, sre.ASSERT_NOT) else []
-        if any(_backtracks(part) for part in inner):
-            return True
-    return False
-
-
 # -- records from the checked document -------------------------------------------------------------
+
+
+_ONE_LINE = ("name", "host", "user", "tags")
+
+
+def _origin(source: str) -> tuple[str, int | None]:
+    """``file:line`` (and a vast.ai id after it) as the file and the line an error names."""
+    m = re.fullmatch(r"(.*?):(\d+)(?: \(id .*\))?", source)
+    return (m.group(1), int(m.group(2))) if m else (source, None)
 
 
 def _given(row: msgspec.Struct | None) -> dict[str, Any]:
@@ -386,7 +255,7 @@ class _Builder:
             with warnings.catch_warnings():  # "possible nested set" and the like: valid today
                 warnings.simplefilter("ignore")
                 re.compile(pattern)
-                slow = on_logs and _backtracks(sre_parse.parse(pattern, re.IGNORECASE))
+                slow = on_logs and backtracks(pattern)
         except re.error as exc:
             raise self.error(comps, f"{who}bad {what} {pattern!r}: {exc}") from None
         except (RecursionError, OverflowError, ValueError) as exc:
@@ -420,6 +289,20 @@ class _Builder:
             kind=given.get("kind", base.kind),
         )
 
+    def text(self, fields: dict[str, Any], comps: list[Any], origin: str | None, who: str) -> None:
+        """Names, hosts, users and tags (``fields`` over ``[defaults]``) are one printable line; ``tags`` a list."""
+        for key in _ONE_LINE:
+            values = fields.get(key, self.defaults.get(key))
+            where = [*comps, key] if key in fields else ["defaults", key]
+            if key == "tags" and isinstance(values, str):
+                raise self.error(where, f"{who}tags must be a list of strings like [\"gpu\"], not {_short(values)}")
+            for value in values if isinstance(values, (list, tuple)) else (values,):
+                if isinstance(value, str) and not value.isprintable():
+                    reason = f"{who}{key} must be one printable line, not {_short(value)}"
+                    if origin is not None and key in fields:  # an imported host: its own file and line
+                        raise ConfigError(*_origin(origin), reason)
+                    raise self.error(where, reason)
+
     def instance(
         self, fields: dict[str, Any], bench: BenchmarkSpec, source: str, comps: list[Any], imported: str | None = None
     ) -> Instance:
@@ -429,6 +312,8 @@ class _Builder:
         if not isinstance(name, str) or not name.strip():
             raise self.error(comps, "instance needs a name")
         name = name.strip()
+        who = f"instance {_short(name)}: " if name.isprintable() else ""
+        self.text(fields, comps, source if imported else None, who)
         transport = merged.get("transport", "ssh")
         host = merged.get("host") or merged.get("ssh_config") or ("localhost" if transport == "local" else None)
         if not host:
@@ -484,6 +369,7 @@ class _Builder:
                              ("running_only", ("vastai_json", "vastai", "command"))):
             if key in given and kind not in allowed:
                 raise self.error([*comps, key], f"import #{comps[1] + 1}: {key} does not apply to {kind} imports")
+        self.text(given, comps, None, f"import #{comps[1] + 1}: ")
         tags = _strings(given.get("tags"))
         running_only = given.get("running_only", True)
         source_line = self.lines.line(comps)
@@ -512,9 +398,7 @@ class _Builder:
         for inst in instances:
             first = seen.setdefault(inst.name, inst.source)
             if first is not inst.source:
-                m = re.fullmatch(r"(.*):(\d+)", inst.source)
-                where, line = (m.group(1), int(m.group(2))) if m else (inst.source, None)
-                raise ConfigError(where, line, f"duplicate instance name {inst.name!r} (first at {first})")
+                raise ConfigError(*_origin(inst.source), f"duplicate instance name {inst.name!r} (first at {first})")
 
     def probes(self) -> list[ProbeSpec]:
         probes: list[ProbeSpec] = []
