@@ -48,23 +48,25 @@ def write_recording(path: Path, start: float, seconds: int = 40) -> list[tuple[f
     state.set_link_status("box1", "connected")
     now = at(0.5)
     state.apply_frame("box1", {"type": "hello", "ts": now + HOST_AHEAD, "heartbeat_interval": 1.0}, now)
-    bench = {"pid": 42, "name": "python3", "cmdline": "bench --steps 100", "start": start + HOST_AHEAD, "cpu": 90.0}
+    bench = {"pid": 42, "ppid": 1, "name": "python3", "cmdline": "bench --steps 100", "state": "R", "wchan": None,
+             "cpu": 90.0, "rss": 1 << 30, "start": start + HOST_AHEAD, "gpu_mem": None}  # a record of the contract
     for k in range(1, seconds + 1):
         now = at(k)
         gpu = {"index": 0, "util": 80, "mem_used": 1000, "mem_total": 24000, "name": "NVIDIA GeForce RTX 3090"}
-        state.apply_frame("box1", {"type": "gpu", "state": "ok", "full": True, "devices": [gpu]}, now)
+        state.apply_frame("box1", {"type": "gpu", "ts": now + HOST_AHEAD, "state": "ok", "full": True,
+                                   "devices": [gpu]}, now)
         procs = [] if BENCH_DOWN[0] <= k < BENCH_DOWN[1] else [bench]
         state.apply_frame("box1", {"type": "procs", "full": True, "ts": now + HOST_AHEAD, "procs": procs}, now)
-        state.apply_frame("box1", {"type": "log", "path": "/w/bench.log", "first_line": k, "lines": [f"step {k}"]},
-                          now)
+        state.apply_frame("box1", {"type": "log", "ts": now + HOST_AHEAD, "path": "/w/bench.log", "first_line": k,
+                                   "lines": [f"step {k}"], "backlog": False, "event": None}, now)
         state.apply_frame("box1", {"type": "heartbeat", "ts": now + HOST_AHEAD}, now)
         if k == 10:
             state.set_diagnosis("box1", {"verdict": {"code": "healthy", "severity": "info", "summary": "fine"},
-                                         "findings": []})
+                                         "findings": [], "steps": []})
         if k == 11:
             state.set_probe_result("box1", "disk", {"title": "disk", "lines": ["/ 10% used"]})
         if k == 12:
-            state.apply_frame("box1", {"type": "error", "message": "nvml hiccup"}, now)
+            state.apply_frame("box1", {"type": "error", "ts": now + HOST_AHEAD, "message": "nvml hiccup"}, now)
         if k == 35:
             at(35.2)
             state.set_link_status("box1", "connecting", "reconnecting")

@@ -10,21 +10,35 @@ seen", the GPU charts). So that a replay of yesterday shows ages as they were at
 recording, every time the replayed state holds is the recorded one plus ``shift`` (wall clock minus replay
 position), and :meth:`ReplaySource.align` moves them all when that difference changes (paused, another
 speed, a seek): the console itself needs no clock of its own.
+
+A recording is host data at one remove, so it is checked as live frames are: each record's shape, each frame
+against the agent's contract (``console/link/validate.py``), names one printable line. The first bad record
+ends the replay there with one line naming the file and the record (``RecordingError``); what came before it
+is shown. A file cut short (a killed console) ends at the cut, as it always did.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
+import io
+import json
+import math
 import time
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+import msgspec
 
 from console.core.actions import ActionError, ReadOnlyError
 from console.core.control import OfflineControl
 from console.core.observed import ObservedState
-from console.inventory import Fleet
-from console.monitor.record import instance_from_record, read_header, read_records
+from console.inventory import Fleet, Instance
+from console.link.validate import MAX_FRAME_BYTES, BadFrame, check_result, decode
+from console.monitor.record import FORMAT, VERSION, instance_from_record
 
 if TYPE_CHECKING:
     from console.core.control import FleetControl
@@ -33,6 +47,147 @@ if TYPE_CHECKING:
 SEEK_STEP = 10.0
 SEEK_BIG = 60.0
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+
+
+MAX_RECORD_BYTES = MAX_FRAME_BYTES + 64 * 1024  # a frame as the link takes it, and the record around it
+KINDS = ("frame", "link", "diag", "probe", "tick", "tr", "inst", "gone")
+
+
+class RecordingError(ActionError):
+    """A recording that is not one, or a bad record in it: ``file: record N: reason``, one line."""
+
+
+class _Bench(msgspec.Struct):
+    match: list[str] = []
+    entrypoint: list[str] = []
+    log: str | None = None
+
+
+class _InstanceRecord(msgspec.Struct):  # what ``record.instance_record`` writes
+    name: str
+    host: str = ""
+    port: int = 22
+    user: str = "root"
+    tags: list[str] = []
+    transport: Literal["ssh", "local"] = "ssh"
+    gpus: int | None = None
+    source: str = ""
+    benchmark: _Bench | None = None
+    heartbeat_interval: float | None = None
+    agentless: bool = False
+
+
+def _instance(raw: Any) -> Instance:
+    """An instance record, checked (its text is shown: one printable line each)."""
+    try:
+        rec = msgspec.convert(raw, _InstanceRecord)
+    except msgspec.ValidationError as exc:
+        raise BadFrame(f"instance: {str(exc)[:200]}") from None
+    for text in (rec.name, rec.host, rec.user, *rec.tags):
+        if not text or not text.isprintable():
+            raise BadFrame(f"instance: {text[:60]!r} is not one printable line")
+    return instance_from_record(raw)
+
+
+def _time(rec: dict[str, Any]) -> float:
+    t = rec.get("t")
+    if not isinstance(t, (int, float)) or isinstance(t, bool) or not math.isfinite(t):
+        raise BadFrame(f"time {str(t)[:40]!r} is not a number")
+    return float(t)
+
+
+def _name(rec: dict[str, Any]) -> str:
+    name = rec.get("n")
+    if not isinstance(name, str) or not name.isprintable():
+        raise BadFrame(f"instance name {str(name)[:60]!r} is not one printable line")
+    return name
+
+
+def _text(rec: dict[str, Any], key: str) -> None:
+    if not isinstance(rec.get(key, ""), str):
+        raise BadFrame(f"{key} is not a string")
+
+
+def check_record(rec: Any) -> dict[str, Any]:
+    """``rec`` as the replay may apply it (frames as the link would take them); BadFrame otherwise."""
+    if not isinstance(rec, dict):
+        raise BadFrame(f"not an object but {type(rec).__name__}")
+    _time(rec)
+    kind = rec.get("k")
+    if kind not in KINDS:
+        raise BadFrame(f"unknown record kind {str(kind)[:40]!r}")
+    if kind in ("frame", "link", "diag", "probe", "tr", "gone"):
+        _name(rec)
+    if kind == "frame":
+        rec["f"] = decode(msgspec.json.encode(rec.get("f")))
+    elif kind in ("link", "tr"):
+        for key in ("s", "d", "o"):
+            _text(rec, key)
+    elif kind == "diag" and rec.get("d") is not None:
+        rec["d"] = check_result("diagnose", rec["d"])
+    elif kind == "probe":
+        _text(rec, "p")
+        rec["d"] = check_result("probe", rec.get("d") or {})
+    elif kind == "inst":
+        rec["i"] = _instance(rec.get("i"))
+    return rec
+
+
+def read_checked(path: Path) -> Iterator[dict[str, Any]]:
+    """The records of ``path``, each checked; RecordingError at the first bad one. A cut file ends at the cut."""
+    number = 0
+    try:
+        with gzip.open(path, "rb") as fh:
+            reader = io.BufferedReader(fh)
+            while True:
+                try:
+                    line = reader.readline(MAX_RECORD_BYTES + 1)
+                except (EOFError, zlib.error):
+                    return  # cut short: the console was killed
+                number += 1
+                if not line or (not line.endswith(b"\n") and len(line) <= MAX_RECORD_BYTES):
+                    return  # the end, or a last line cut
+                yield _parsed(line, number)
+    except gzip.BadGzipFile as exc:
+        raise RecordingError(f"{path}: not a fleet-console recording (not gzip: {exc})") from None
+    except OSError as exc:
+        raise RecordingError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    except BadFrame as exc:
+        what = "the header" if number == 1 else f"record {number}"
+        raise RecordingError(f"{path}: {what}: {exc}") from None
+
+
+def _parsed(line: bytes, number: int) -> dict[str, Any]:
+    if len(line) > MAX_RECORD_BYTES:
+        raise BadFrame(f"longer than {MAX_RECORD_BYTES // 1024} KB")
+    try:
+        rec = json.loads(line)
+    except ValueError as exc:
+        raise BadFrame(f"not JSON ({exc})") from None
+    except RecursionError:
+        raise BadFrame("nested too deep") from None
+    return _header(rec) if number == 1 else check_record(rec)
+
+
+def _header(rec: Any) -> dict[str, Any]:
+    if not isinstance(rec, dict) or rec.get("k") != "header" or rec.get("format") != FORMAT:
+        raise BadFrame("not a fleet-console recording")
+    if rec.get("v") != VERSION:
+        raise BadFrame(f"recording format {str(rec.get('v'))[:20]}, this console reads {VERSION}")
+    _time(rec)
+    instances = rec.get("instances") or []
+    if not isinstance(instances, list):
+        raise BadFrame("instances is not a list")
+    rec["instances"] = [_instance(r) for r in instances]
+    return rec
+
+
+def read_header(path: Path) -> dict[str, Any]:
+    """The checked header of ``path`` (its ``instances`` as Instances); RecordingError if it has none."""
+    first = next(read_checked(path), None)
+    if first is None:
+        raise RecordingError(f"{path}: not a fleet-console recording (empty or cut before its header)")
+    return first
 
 
 class ReplayState(ObservedState):
@@ -116,12 +271,12 @@ class ReplaySource(OfflineControl):
     def __init__(self, path: Path, speed: float = 1.0, start_at: float = 0.0, paused: bool = False) -> None:
         self.path = Path(path)
         self.header = read_header(self.path)
-        self.instances = [instance_from_record(r) for r in self.header.get("instances") or []]
+        self.instances: list[Instance] = self.header["instances"]
         self.fleet = Fleet(instances=self.instances, source=f"replay of {self.path}")
         self.fleet_source = self.fleet.source
         self.state = ReplayState()
         self.state.observe(self)
-        self.started_at = float(self.header.get("t") or 0.0)
+        self.started_at = _time(self.header)
         self.end_at = self.started_at
         self.speed = speed
         self.paused = paused
@@ -132,6 +287,7 @@ class ReplaySource(OfflineControl):
         self._reset()
         self._task: asyncio.Task[None] | None = None
         self.finished = False
+        self.error: str | None = None  # the bad record the replay stopped at
 
     # -- feeding ----------------------------------------------------------------------------------
     def _reset(self) -> None:
@@ -141,7 +297,7 @@ class ReplaySource(OfflineControl):
             self.state.add_instance(inst)
         self.state.seen.clear()
         self.state.known.intersection_update(self.state.instances)
-        self._records = read_records(self.path)
+        self._records = read_checked(self.path)
         next(self._records, None)  # the header
         self._pending: dict[str, Any] | None = None
         self.state.virtual_now = self.started_at
@@ -150,7 +306,7 @@ class ReplaySource(OfflineControl):
         self.recorded.clear()
 
     def _apply(self, rec: dict[str, Any]) -> None:
-        kind, t = rec.get("k"), float(rec.get("t") or 0.0)
+        kind, t = rec.get("k"), float(rec["t"])
         state = self.state
         state.virtual_now = t
         name = rec.get("n")
@@ -166,8 +322,8 @@ class ReplaySource(OfflineControl):
             state.tick()
         elif kind == "tr":
             self.recorded.append((t, str(name), str(rec.get("o")), str(rec.get("s"))))
-        elif kind == "inst" and rec.get("i"):
-            state.add_instance(instance_from_record(rec["i"]))
+        elif kind == "inst":
+            state.add_instance(rec["i"])
         elif kind == "gone" and state.instances.pop(str(name), None) is not None:
             state.order_version += 1
             state.seen.pop(str(name), None)
@@ -180,13 +336,13 @@ class ReplaySource(OfflineControl):
     def feed_until(self, until: float) -> bool:
         """Apply every record up to virtual time ``until``; False at the end of the file."""
         while True:
-            rec = self._pending if self._pending is not None else next(self._records, None)
+            rec = self._pending if self._pending is not None else self._next()
             self._pending = None
             if rec is None:
                 self.finished = True
                 self.state.virtual_now = max(self.state.virtual_now, min(until, self.end_at or until))
                 return False
-            t = float(rec.get("t") or 0.0)
+            t = float(rec["t"])
             self.end_at = max(self.end_at, t)
             if t > until:
                 self._pending = rec
@@ -194,6 +350,16 @@ class ReplaySource(OfflineControl):
                 self.position = until
                 return True
             self._apply(rec)
+
+    def _next(self) -> dict[str, Any] | None:
+        """The next record; None at the end, or at a bad record (then ``error`` says which)."""
+        if self.error is not None:
+            return None
+        try:
+            return next(self._records, None)
+        except RecordingError as exc:
+            self.error = str(exc)
+            return None
 
     def run_to_end(self) -> None:
         """Feed the whole file as fast as it goes (tests, ``replay --check``)."""

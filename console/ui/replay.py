@@ -35,6 +35,7 @@ class ReplayApp(FleetApp):
     def __init__(self, source: ReplaySource, theme: str | None = None) -> None:
         super().__init__(source, theme=theme)
         self.source = source
+        self._told = False  # the bad record the replay stopped at was shown
 
     def header_text(self) -> Text:
         text = super().header_text()
@@ -44,10 +45,15 @@ class ReplayApp(FleetApp):
         where = f" · REPLAY {when} (+{src.offset:.0f}s" + (f" of {total:.0f}s" if src.finished else "") + ")"
         text.append(where, "bold reverse")
         text.append(" x%g" % src.speed + (" PAUSED" if src.paused else "") + (" END" if src.finished else ""), "bold")
+        if src.error:
+            text.append(" STOPPED AT A BAD RECORD (see the message)", "bold red")
         return text
 
     def paint_frame(self) -> None:
         self._header_key = None  # the position moves every frame
+        if self.source.error and not self._told:
+            self._told = True
+            self.notify(self.source.error, title="replay stopped", severity="error", timeout=30, markup=False)
         super().paint_frame()
 
     def report_events(self, events: list[tuple[Any, ...]]) -> None:
@@ -83,6 +89,9 @@ def run_replay(args: Any) -> int:
         return 2
     if args.check:
         source.run_to_end()
+        if source.error:
+            print(f"fleet-console: {source.error}", file=sys.stderr)
+            return 2
         for t, name, old, new in source.transitions:
             print(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t))}  {name}: {old} -> {new}")
         same = [x[1:] for x in source.transitions] == [x[1:] for x in source.recorded]
