@@ -479,6 +479,8 @@ def completion(facts: Dict[str, Any], procs: Processes, items: List[Item], now: 
     if not found:
         return None
     done_at = max(t for t, _, _ in found)
+    named = {str(log["path"]) for log in facts.get("logs") or [] if log.get("configured")}
+    named_done = max((t for t, log, _ in found if log["path"] in named), default=None)
     # where the last words of the logs that say "done" begin: a failure reported there is how the run ended
     ending = {str(log["path"]): int(log.get("first_line") or 1) + words_start(log["lines"]) for _, log, _ in found}
     for item in items:
@@ -486,7 +488,7 @@ def completion(facts: Dict[str, Any], procs: Processes, items: List[Item], now: 
             continue
         if codes.tier(item.code) == "symptom" or item.code in rank.STARTUP_SYMPTOMS:
             continue
-        if item.time is None or item.time > done_at + 1.0:
+        if item.time is None or item.time > done_at + 1.0 or rank.named_failure_stands(item, named, named_done):
             return None
         if any(e.get("path") in ending and int(e.get("line") or 0) >= ending[str(e.get("path"))]
                for e in item.evidence):

@@ -5,54 +5,62 @@
 I/O of its processes over the gathering, at least a second apart, and the TCP ports they listen on:
 ``activity.py``), and the settings the analysis uses (benchmark patterns and kind, stall_seconds, the start-up
 grace, ``[[signature]]`` rows, the progress regex).
+
+Which logs: the configured ones (``logs``, ``[benchmark] log``: ``configured: true``, symlinks allowed), then the
+``*.log``/``.out``/``.err`` files at the top of the watch dirs (below too for a ``DIR/**`` entry): regular files,
+never symlinks, read with ``O_NOFOLLOW``, and none last written before the run began (the oldest live benchmark or
+entrypoint process): another program's output in /tmp is not this run's evidence.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import time
 from typing import Any, Dict, List, Optional
 
-from ..wire.config import DEFAULTS, AgentConfig, as_list, plain
+from ..sample.logread import named_paths
+from ..wire.config import DEFAULTS, AgentConfig, as_list, compile_patterns, plain, watch_dirs
+from ..wire.procmatch import matches_program
 from . import activity, signatures
+from .events import LOG_SLACK
 from .text import short
 
 TAIL_LINES = 2000
 MAX_LOGS = 30
 LOG_SUFFIXES = (".log", ".out", ".err")
+MAX_DEPTH = 8  # subdirectories searched below a recursive (``DIR/**``) watch dir
 
 
 def watched_files(config: AgentConfig, max_files: int = 200, max_scan: int = 5000) -> List[Dict[str, Any]]:
-    """Regular files in the watched dirs (and one level below), plus configured logs: path, mtime, size."""
+    """Regular files at the top of the watched dirs (below too for a ``DIR/**`` entry; symlinks never followed),
+    plus the configured logs (``configured: true``; they may be symlinks): path, mtime, size."""
     out: Dict[str, Dict[str, Any]] = {}
     scanned = 0
-
-    def add(path: str) -> None:
+    for path in named_paths(config):
         try:
             st = os.stat(path)
         except OSError:
-            return
-        if os.path.isfile(path):
-            out[os.path.abspath(path)] = {"path": os.path.abspath(path), "mtime": st.st_mtime, "size": st.st_size}
-
-    for path in as_list(config.get("logs")) + as_list((config.get("benchmark") or {}).get("log")):
-        add(path)
-    for top in as_list(config.get("watch_dirs")):
+            continue
+        if stat.S_ISREG(st.st_mode):
+            out[path] = {"path": path, "mtime": st.st_mtime, "size": st.st_size, "configured": True}
+    for top, recursive in watch_dirs(config):
         stack = [(top, 0)]
         while stack and scanned < max_scan:
             d, depth = stack.pop()
             try:
-                entries = list(os.scandir(d))
+                with os.scandir(d) as it:
+                    entries = list(it)
             except OSError:
                 continue
             for entry in entries:
                 scanned += 1
                 try:
-                    if entry.is_file(follow_symlinks=False):
+                    if entry.is_file(follow_symlinks=False) and entry.path not in out:
                         st = entry.stat(follow_symlinks=False)
                         out[entry.path] = {"path": entry.path, "mtime": st.st_mtime, "size": st.st_size}
-                    elif depth < 1 and entry.is_dir(follow_symlinks=False):
+                    elif recursive and depth < MAX_DEPTH and entry.is_dir(follow_symlinks=False):
                         stack.append((entry.path, depth + 1))
                 except OSError:
                     continue
@@ -60,18 +68,41 @@ def watched_files(config: AgentConfig, max_files: int = 200, max_scan: int = 500
     return files[:max_files]
 
 
-def log_candidates(config: AgentConfig, files: List[Dict[str, Any]], now: float) -> List[str]:
-    """Configured logs and the benchmark log first, then recently modified *.log files, newest first."""
-    paths: List[str] = []
-    for path in as_list(config.get("logs")) + as_list((config.get("benchmark") or {}).get("log")):
-        p = os.path.abspath(path)
-        if p not in paths and os.path.isfile(p):
-            paths.append(p)
+def run_started(config: AgentConfig, processes: List[Any]) -> Optional[float]:
+    """When this run began: the start of the oldest live benchmark or entrypoint process (None: none alive)."""
+    bench = config.get("benchmark") or {}
+    pats = compile_patterns(as_list(bench.get("match")) + as_list(bench.get("entrypoint")))
+    starts = [float(r.get("start") or 0.0) for r in processes
+              if pats and r.get("state") not in ("Z", "X", "x") and matches_program(r, pats)]
+    return min((s for s in starts if s > 0.0), default=None)
+
+
+def log_candidates(config: AgentConfig, files: List[Dict[str, Any]], now: float,
+                   started: Optional[float] = None) -> List[str]:
+    """Configured logs and the benchmark log first, then the *.log files found in the watch dirs, newest first:
+    modified within ``discover_max_age`` and, when the run's start is known, since it began (another
+    program's old output is not this run's evidence)."""
+    paths = [p for p in named_paths(config) if os.path.isfile(p)]
     max_age = float(config.get("discover_max_age") or DEFAULTS["discover_max_age"])
+    oldest = now - max_age if started is None else max(now - max_age, started - LOG_SLACK)
     for f in files:
-        if f["path"].endswith(LOG_SUFFIXES) and now - f["mtime"] <= max_age and f["path"] not in paths:
+        if f["path"].endswith(LOG_SUFFIXES) and f["mtime"] >= oldest and f["path"] not in paths:
             paths.append(f["path"])
     return paths[:MAX_LOGS]
+
+
+def read_log(path: str, configured: bool, max_chars: int) -> Dict[str, Any]:
+    """One log's tail for the analysis; a file found in a watch dir is opened without following a symlink."""
+    entry: Dict[str, Any] = {"path": path, "mtime": None, "size": None, "first_line": 1, "lines": [],
+                             "error": None, "repaints": {}, "configured": configured}
+    try:
+        st = os.stat(path) if configured else os.lstat(path)
+        entry["mtime"], entry["size"] = st.st_mtime, st.st_size
+        entry["lines"], entry["first_line"] = signatures.read_tail(
+            path, TAIL_LINES, max_line_chars=max_chars, repaints=entry["repaints"], follow=configured)
+    except OSError as exc:
+        entry["error"] = exc.strerror or str(exc)
+    return entry
 
 
 def read_dmesg(timeout: float = 5.0, max_lines: int = 2000) -> Dict[str, Any]:
@@ -153,20 +184,9 @@ def gather(
     meter = activity.Meter(activity.targets(facts["benchmark"], processes, facts["self_pids"]), measure_seconds)
     files = watched_files(config)
     facts["files"] = files[:50]
-    logs = []
-    max_chars = int(config.get("max_line_chars") or 4096)
-    for path in log_candidates(config, files, now):
-        entry: Dict[str, Any] = {"path": path, "mtime": None, "size": None, "first_line": 1, "lines": [],
-                                 "error": None, "repaints": {}}
-        try:
-            st = os.stat(path)
-            entry["mtime"], entry["size"] = st.st_mtime, st.st_size
-            entry["lines"], entry["first_line"] = signatures.read_tail(
-                path, TAIL_LINES, max_line_chars=max_chars, repaints=entry["repaints"])
-        except OSError as exc:
-            entry["error"] = exc.strerror or str(exc)
-        logs.append(entry)
-    facts["logs"] = logs
+    named = set(named_paths(config))
+    facts["logs"] = [read_log(path, path in named, int(config.get("max_line_chars") or 4096))
+                     for path in log_candidates(config, files, now, run_started(config, processes))]
     facts["dmesg"] = read_dmesg() if include_dmesg else {"lines": [], "error": "skipped"}
     facts["gpu"] = gpu_facts(gpu_sampler)
     facts["activity"] = meter.finish()

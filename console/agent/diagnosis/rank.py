@@ -13,11 +13,15 @@
    clocks, idle GPUs).
 Every other current finding is then listed as followed by / caused by the verdict, except a state no
 failure causes (``throttled``: the clocks of a hot or power-braked GPU).
+
+The configured logs (``[benchmark] log``, ``logs``) outrank files found in the watch dirs: a stray file's "done"
+never makes a failure the benchmark's own log reports after its own last words (or with none) history
+(``named_failure_stands``).
 """
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import Collection, List, Optional, Tuple
 
 from . import codes
 from .events import SEVERITY_LEVEL
@@ -101,3 +105,11 @@ def link_symptoms(items: List[Item], head: Item) -> List[str]:
             if i.code not in out:
                 out.append(i.code)
     return out
+
+
+def named_failure_stands(item: Item, named: Collection[str], named_done: Optional[float]) -> bool:
+    """``item`` (a current failure) is reported in a configured log and comes after the last words those logs
+    wrote (``named_done``; None: they wrote none): the run did not finish, whatever a stray file says."""
+    if not any(e.get("path") in named for e in item.evidence):
+        return False
+    return named_done is None or item.time is None or item.time > named_done + 1.0

@@ -3,9 +3,11 @@ when asked), line numbers that match the file's newline-numbered lines, and prog
 
 from __future__ import annotations
 
+import errno
 import os
 import re
-from typing import Dict, List, Optional, Tuple
+import stat
+from typing import BinaryIO, Dict, List, Optional, Tuple
 
 # -- progress bars ---------------------------------------------------------------------------------
 _PCT = r"(\d{1,3}(?:\.\d+)?)\s?%"
@@ -52,12 +54,23 @@ MAX_REPAINTS = 2000  # the states of one repainted line kept for the progress an
 _NEWLINE_CACHE: Dict[str, Tuple[Tuple[int, int], int, int, bytes]] = {}
 
 
+def _open(path: str, follow: bool) -> BinaryIO:
+    if follow:
+        return open(path, "rb")
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file")
+    return os.fdopen(fd, "rb")
+
+
 def read_tail(
     path: str,
     max_lines: int = 2000,
     max_bytes: int = 8 * 1024 * 1024,
     max_line_chars: int = 4096,
     repaints: Optional[Dict[int, List[str]]] = None,
+    follow: bool = True,
 ) -> Tuple[List[str], int]:
     """The last ``max_lines`` lines of a file and the 1-based number of the first one.
 
@@ -66,8 +79,10 @@ def read_tail(
     decoded; the line number comes from counting newlines before it in 1 MiB chunks. ``repaints``, when
     given, receives for the last few lines that hold ``\\r`` repaints (a progress meter redrawn in place)
     their states in order, by index into the returned lines: how a stalled meter is told from a moving one.
+    ``follow=False`` (a file found in a watch dir): a symlink is not followed, anything but a regular file is
+    refused (``OSError``).
     """
-    with open(path, "rb") as fh:
+    with _open(path, follow) as fh:
         fh.seek(0, os.SEEK_END)
         size = fh.tell()
         block = 64 * 1024
