@@ -18,20 +18,20 @@ from console.core.actions import ActionError, ReadOnlyError
 from console.core.audit import AuditLog
 from console.core.autodiag import AutoDiagnosis
 from console.core.control import GpuSeries, HistoryReader, KeyOffer
+from console.core.journal_recovery import recover_action, recovery_time, restart_budget
 from console.core.on_demand import OnDemand
 from console.core.state import FleetState
 from console.core.text_safety import clean as clean_text
-from console.inventory import Fleet, Instance
+from console.inventory import BenchmarkSpec, Fleet, Instance
 from console.inventory.probes import BUILTIN_PROBES, ProbeEntry
 from console.link import Link, LinkError, make_link
 from console.link.base import FAILURES, PERMANENT, LinkLost
 from console.link.shards import ShardPool, worker_count
-from console.link.validate import BadFrame, check_result
 
 # Link statuses that waiting longer will not fix.
 HOPELESS = PERMANENT
 TOAST_TAIL_LINES = 3  # of a dead start's log, in the app's notification
-RECOVER_TIMEOUT = 120.0  # seconds to learn from the agent's journal what an action did after a link drop
+SIGNAL_TIMEOUT = 30.0  # seconds a signal (TERM/KILL and its watch) may take, the journal's answer included
 ON_DEMAND_CONNECT = 30.0  # seconds an action waits for an SSH session opened on demand
 
 
@@ -67,6 +67,7 @@ class FleetController:
         self.imported: dict[str, list[Instance]] = {}
         self.fleet_errors: dict[str, str] = {}  # source -> one line (a failed import, a bad reload)
         self.started = False
+        self._reconciled = False
         self.read_only = read_only
         self.demo = demo
         self.audit = audit or AuditLog()
@@ -86,6 +87,12 @@ class FleetController:
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self, names: list[str] | None = None) -> None:
         """Start the links (all instances, or just ``names``); returns at once."""
+        if not self._reconciled:  # actions sent by a console that died before their outcome: audited now
+            self._reconciled = True
+            try:
+                self.audit.reconcile()
+            except OSError as exc:
+                self.fleet_errors["audit"] = f"cannot write the audit log {self.audit.path}: {exc.strerror or exc}"
         if self.shards is None and not self.links:
             count = worker_count(sum(1 for inst in self.fleet.instances if inst.transport != "local"))
             self.shards = ShardPool(count) if count else None
@@ -318,6 +325,8 @@ class FleetController:
 
         async def one(name: str) -> RestartOutcome:
             host = self._host(name)
+            budget = restart_budget(self._stop_timeout(name))
+            deadline = time.monotonic() + budget
             try:
                 action_id = self.audit.intent(name, host, "restart", origin=origin, reason=reason)
             except OSError as exc:
@@ -326,10 +335,10 @@ class FleetController:
             who = {**_who(origin, reason), "action_id": action_id}
             note = None
             try:
-                data = await self._send_action(name, "restart", action_id, 120.0)
+                data = await self._send_action(name, "restart", action_id, budget)
             except LinkLost as exc:  # sent, then the link dropped (or the answer was late): ask the journal
                 try:
-                    data = await self._recover_action(name, "restart", action_id)
+                    data = await recover_action(self, name, "restart", action_id, recovery_time(deadline))
                     note = f"link dropped ({exc}); outcome from the agent's journal"
                 except ActionError as why:
                     self._audit(name, "restart", "unknown", str(why), **who, note=str(exc))
@@ -361,34 +370,6 @@ class FleetController:
         if not answer.get("ok"):
             raise ActionError(f"{name}: {op} failed: {answer.get('error')}")
         return answer.get("data")
-
-    async def _recover_action(self, name: str, op: str, action_id: str, timeout: float = RECOVER_TIMEOUT) -> Any:
-        """What the agent's journal says ``action_id`` did, once the link is back (it may still be running)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise ActionError(f"{name}: no answer from the agent's journal within {timeout:g} s")
-            try:
-                link = await self.wait_ready(name, remaining)
-                answer = await link.request("journal", {"ids": [action_id]}, timeout=min(20.0, remaining))
-            except LinkError:
-                await asyncio.sleep(0.5)
-                continue
-            entries = (answer.get("data") or {}).get("entries") if answer.get("ok") else None
-            entry = entries.get(action_id) if isinstance(entries, dict) else None
-            if not answer.get("ok"):
-                raise ActionError(f"{name}: the agent keeps no journal: {answer.get('error')}")
-            if entry is None:
-                raise ActionError(f"{name}: {op} not received by the host (not in the agent's journal)")
-            if entry.get("state") == "done":
-                if not entry.get("ok"):
-                    raise ActionError(f"{name}: {op} failed: {entry.get('error')}")
-                try:
-                    return check_result(op, entry.get("data"))
-                except BadFrame as exc:
-                    raise ActionError(f"{name}: bad journal entry: {exc}") from None
-            await asyncio.sleep(1.0)  # still running on the host
 
     def probe_specs(self, name: str | None = None) -> list[ProbeEntry]:
         """Built-in probes, then the fleet file's custom ones."""
@@ -517,10 +498,10 @@ class FleetController:
             with self._using(name):
                 link = await self._connected_link(name)
             try:
-                answer = await link.request("signal", args, timeout=30.0)
+                answer = await link.request("signal", args, timeout=SIGNAL_TIMEOUT)
             except LinkLost as exc:  # sent, then the link dropped: the agent's journal says what it did
                 try:
-                    data = await self._recover_action(name, "signal", action_id)
+                    data = await recover_action(self, name, "signal", action_id, SIGNAL_TIMEOUT)
                     answer = {"ok": True, "data": data}
                     note = f"link dropped ({exc}); outcome from the agent's journal"
                 except ActionError as why:
@@ -552,6 +533,12 @@ class FleetController:
             return self.fleet.get(name).address
         except KeyError:
             return "?"
+
+    def _stop_timeout(self, name: str) -> float:
+        try:
+            return self.fleet.get(name).benchmark.stop_timeout
+        except KeyError:
+            return BenchmarkSpec().stop_timeout
 
 
 def _clean_numbered(data: Any, key: str) -> dict[str, Any]:

@@ -113,12 +113,8 @@ class ObservedAudit(AuditLog):
         super().__init__(path)
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
 
-    def record(self, instance: str, host: str, action: str, outcome: str, result: Any = None,
-               origin: str | None = None, reason: str | None = None, action_id: str | None = None,
-               note: str | None = None) -> dict[str, Any]:
-        entry = super().record(instance, host, action, outcome, result, origin=origin, reason=reason,
-                               action_id=action_id, note=note)
+    def _announce(self, entry: dict[str, Any]) -> None:
+        """Every record written (an action's outcome, a dead console's intent reconciled as ``unknown``)."""
         for listener in self.listeners:
             with contextlib.suppress(Exception):
                 listener(entry)
-        return entry

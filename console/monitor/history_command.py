@@ -7,6 +7,7 @@ import sqlite3
 import time
 from typing import Any
 
+from console.core.audit import AuditLog
 from console.monitor.history import FIELDS, HistoryReader, default_history_path, parse_since
 
 
@@ -38,8 +39,29 @@ def format_event(ev: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def unsettled_actions(name: str | None) -> list[dict[str, Any]]:
+    """Sent actions without an outcome: intents of dead consoles (reconciled now, outcome ``unknown``) and the
+    intents of consoles still waiting for theirs (``pending``), for ``name`` or all."""
+    audit = AuditLog()
+    try:
+        reconciled = audit.reconcile()
+    except OSError:
+        reconciled = []
+    rows = [{**e, "state": "unknown"} for e in reconciled]
+    rows += [{**e, "state": "pending"} for e in audit.pending()]
+    return [r for r in rows if name is None or r.get("instance") == name]
+
+
+def format_unsettled(row: dict[str, Any]) -> str:
+    if row["state"] == "pending":
+        return (f"{row.get('time')}  {row.get('instance', '?'):<20} {row.get('action')} sent (pid {row.get('pid')}, "
+                f"{row.get('origin') or '?'}): outcome not known yet")
+    return f"{row.get('time')}  {row.get('instance', '?'):<20} {row.get('action')} outcome unknown: {row.get('note')}"
+
+
 def run_history(args: Any) -> int:
-    """Print the timeline (and, for one instance, its GPUs' min/avg/max) from the history file."""
+    """Print the timeline (and, for one instance, its GPUs' min/avg/max) from the history file, then the
+    actions sent whose outcome is not known (from the audit log)."""
     import sys
 
     try:
@@ -47,8 +69,11 @@ def run_history(args: Any) -> int:
     except ValueError as exc:
         print(f"fleet-console: {exc}", file=sys.stderr)
         return 2
+    unsettled = unsettled_actions(args.name)
     path = default_history_path()
     if not path.exists():
+        for row in unsettled:
+            print(format_unsettled(row))
         print(f"fleet-console: no history yet ({path}); `serve` or the console write it", file=sys.stderr)
         return 2
     try:
@@ -65,7 +90,7 @@ def run_history(args: Any) -> int:
         print(f"fleet-console: cannot read {path}: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        out: dict[str, Any] = {"since": since, "events": events}
+        out: dict[str, Any] = {"since": since, "events": events, "unsettled": unsettled}
         if gpus is not None:
             out["gpus"] = gpus
         print(json.dumps(out, indent=1))
@@ -74,6 +99,8 @@ def run_history(args: Any) -> int:
         print(format_event(ev))
     if not events:
         print(f"nothing since {_when(since)}")
+    for row in unsettled:
+        print(format_unsettled(row))
     for gpu in gpus or []:
         parts = [f"{f} {gpu[f]['min']}/{gpu[f]['avg']}/{gpu[f]['max']}" for f in FIELDS if f in gpu]
         print(f"GPU {gpu['gpu']} ({gpu['minutes']} min, min/avg/max; mem MiB, power W): " + ", ".join(parts))
