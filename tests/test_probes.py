@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 from typing import Any, Dict
 
@@ -94,3 +95,12 @@ def test_dmesg_not_permitted_is_one_clear_line(tmp_path: Path, monkeypatch: pyte
 def test_unknown_probe(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown probe 'nope'"):
         OPS["probe"](FakeAgent(make_config(tmp_path)), {"name": "nope"})
+
+
+def test_resources_disk_percentage_agrees_with_df(tmp_path: Path) -> None:
+    """The operator checks the probe against `df`: the same Use% (used / (used + available), rounded up)."""
+    df = subprocess.run(["df", "-P", str(tmp_path)], capture_output=True, text=True, check=True)
+    expected = df.stdout.splitlines()[-1].split()[4]
+    lines = probes.run_probe(make_config(tmp_path), "resources")["lines"]
+    line = next(line for line in lines if line.startswith("disk %s:" % tmp_path))
+    assert "(%s)" % expected in line, (line, df.stdout)
