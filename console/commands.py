@@ -12,6 +12,7 @@ import json
 import sys
 from typing import Any
 
+from console.agent.wire.wording import code_and_summary
 from console.core.actions import ActionError
 from console.core.controller import FleetController, describe_restart
 from console.fleet_file import fail, load_fleet_file
@@ -128,15 +129,17 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
 def format_diagnosis(name: str, data: dict[str, Any]) -> str:
     verdict = data.get("verdict") or {}
-    out = [f"{name}: {verdict.get('code', '?')}: {verdict.get('summary', '')}"]
+    out = [f"{name}: {code_and_summary(str(verdict.get('code') or '?'), str(verdict.get('summary') or ''))}"]
     findings = sorted(data.get("findings") or [], key=lambda f: SEVERITY_ORDER.get(f.get("severity"), 9))
     for finding in findings:
-        out.append(f"  [{finding.get('severity', '?')}] {finding.get('code')}: {finding.get('summary', '')}")
+        said = code_and_summary(str(finding.get("code") or "?"), str(finding.get("summary") or ""))
+        out.append(f"  [{finding.get('severity', '?')}] {said}")
         for ev in finding.get("evidence") or []:
             where = f"{ev.get('path')}:{ev.get('line')}" if ev.get("line") else str(ev.get("path") or "")
             out.append(f"      {where}: {ev.get('text', '')}".rstrip())
     for alt in data.get("alternatives") or []:  # top-3: the other explanations worth a look
-        out.append(f"  also possible: {alt.get('code')}: {alt.get('summary', '')}".rstrip())
+        out.append(f"  also possible: {code_and_summary(str(alt.get('code') or '?'), str(alt.get('summary') or ''))}"
+                   .rstrip())
         for ev in (alt.get("evidence") or [])[:1]:
             where = f"{ev.get('path')}:{ev.get('line')}" if ev.get("line") else str(ev.get("path") or "")
             out.append(f"      {where}: {ev.get('text', '')}".rstrip())

@@ -9,6 +9,7 @@ from typing import Any, List, Mapping, Optional, Tuple
 from rich.text import Text
 
 from console.agent.wire.timefmt import fmt_age as format_age
+from console.agent.wire.wording import verdict_line
 from console.core.state import InstanceState
 
 from .render import operator_text, short_path
@@ -19,12 +20,8 @@ STEP_STYLE = {"ok": "green", "problem": "bold red", "info": "", "skipped": "dim"
 
 def _verdict_line(verdict: Mapping[str, Any]) -> str:
     """The verdict's summary, its code said once (``healthy: healthy: ...`` nowhere)."""
-    summary = operator_text(str(verdict.get("summary") or verdict.get("code") or "?"))
     code = str(verdict.get("code") or "")
-    for word in {code, code.replace("_", " "), str(verdict.get("label") or "")} - {""}:
-        while summary.lower().startswith(word.lower() + ": " + word.lower() + ": "):
-            summary = summary[len(word) + 2:]
-    return summary
+    return verdict_line(code, str(verdict.get("summary") or code or "?"), str(verdict.get("label") or ""))
 
 
 def diagnosis_text(inst: InstanceState, evidence: Optional[List[Tuple[int, str, Optional[int]]]] = None) -> Text:

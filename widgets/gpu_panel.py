@@ -19,6 +19,7 @@ from textual.binding import Binding
 from textual.widgets import Static
 
 from console.agent.wire.timefmt import fmt_age as format_age
+from console.agent.wire.wording import code_words
 from console.core.control import FleetControl
 from console.core.state import GpuState, InstanceState
 from console.core.status import STALE, UNREACHABLE, badge
@@ -315,7 +316,7 @@ def gpu_tab_lines(
         age = format_age(max(0.0, now - (inst.last_frame or 0.0)))
         lines.append(Text("%s: last seen %s ago, not live" % (badge(inst.status), age), style="bold reverse"))
     head = Text(no_wrap=True, overflow="ellipsis")
-    state = inst.gpu_state or "no data yet"
+    state = code_words(inst.gpu_state) if inst.gpu_state else "no data yet"
     head.append("GPU state%s: %s" % (" (then)" if old else "", state), "dim" if old else "bold")
     if inst.gpu_driver:
         head.append("  driver %s" % inst.gpu_driver, "dim" if old else "bold")

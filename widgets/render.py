@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from itertools import islice
 from typing import Deque, Dict, List, Optional, Reversible, Sequence, Tuple, Union
 
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
+
+from console.agent.wire.wording import operator_text as operator_text  # re-exported: the widgets import it here
 
 SPARK = "▁▂▃▄▅▆▇█"
 EIGHTHS = " ▏▎▍▌▋▊▉"
@@ -168,12 +169,6 @@ def combine(under: Style, over: Style) -> Style:
     return combined
 
 
-_PATTERNS = re.compile(r"\s*\(patterns?: .*?\)(?=;|$)")
-
-
-def operator_text(summary: str) -> str:
-    """A verdict line as the operator reads it: the match regexes (configuration, ``fleet.toml``) left out."""
-    return _PATTERNS.sub("", summary)
 
 
 def short_path(path: str) -> str:

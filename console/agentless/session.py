@@ -16,6 +16,7 @@ import asyncssh
 
 from console.agent.wire import config as agent_config
 from console.agent.wire.protocol import PROTOCOL_VERSION, ProcRecord, ProtocolError, decode_request, encode
+from console.agent.wire.wording import lost_reason
 from console.agentless.gpu import GPU_TIMEOUT, GpuFrames, gpu_command, parse_gpu_output
 from console.agentless.host import (
     AGENT_VERSION,
@@ -120,7 +121,7 @@ class AgentlessSession:
         except SessionFailed as exc:
             self._queue.put_nowait(exc)
         except (asyncssh.Error, OSError) as exc:
-            self._queue.put_nowait(SessionFailed("unreachable", f"connection lost: {failure_reason(exc)}"))
+            self._queue.put_nowait(SessionFailed("unreachable", lost_reason(failure_reason(exc))))
         except Exception as exc:  # a bug: end the session (the link reconnects), never the console
             self._queue.put_nowait(SessionFailed("agent_failed", f"agentless poller: {type(exc).__name__}: {exc}"))
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from console.agent.wire.wording import plural
 from console.inventory import ConfigError, ImportSpec, Instance, parse_vastai_instances
 
 if TYPE_CHECKING:
@@ -195,7 +196,7 @@ async def reload(controller: FleetController) -> str:
     await refresh_imports(controller)
     after = {inst.name: inst for inst in controller.fleet.instances}
     added, removed = sorted(set(after) - before), sorted(before - set(after))
-    parts = [f"{len(after)} instances"]
+    parts = [plural(len(after), "instance")]
     if added:
         parts.append("added " + ", ".join(added))
     if removed:

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import asyncssh
 
 from console.agent.wire.protocol import PROTOCOL_VERSION, encode
+from console.agent.wire.wording import lost_reason
 from console.inventory import Instance
 from console.link import pace
 from console.link.pinger import pinger
@@ -301,7 +302,7 @@ class AgentLink(StatusRules):
         except TimeoutError:
             raise SessionFailed("unreachable", what) from None
         except (asyncssh.Error, OSError, asyncio.IncompleteReadError, ValueError) as exc:
-            raise SessionFailed("unreachable", f"connection lost: {exc}") from None
+            raise SessionFailed("unreachable", lost_reason(exc)) from None
         if not line:
             tail = self._session.stderr_tail()
             raise SessionFailed("agent_failed" if tail else "unreachable", tail or "connection closed")

@@ -7,6 +7,7 @@ import sqlite3
 import time
 from typing import Any
 
+from console.agent.wire.wording import code_and_summary, without_code
 from console.core.audit import AuditLog
 from console.monitor.history import FIELDS, HistoryReader, default_history_path, parse_since
 
@@ -28,11 +29,12 @@ def format_event(ev: dict[str, Any]) -> str:
         text = f"probe {ev['status']} ({data.get('total_lines', 0)} lines)"
     else:
         text = kind
-    line = head + text + (f": {ev['detail']}" if ev.get("detail") else "")
+    line = head + text + (f": {without_code(str(ev['status']), str(ev['detail']))}" if ev.get("detail") else "")
     out = [line]
     if kind == "verdict":
         for finding in data.get("findings") or []:
-            out.append(f"{'':41}[{finding.get('severity')}] {finding.get('code')}: {finding.get('summary') or ''}")
+            said = code_and_summary(str(finding.get("code") or "?"), str(finding.get("summary") or ""))
+            out.append(f"{'':41}[{finding.get('severity')}] {said}")
             for ev_line in (finding.get("evidence") or [])[:3]:
                 where = ev_line.get("path") + (f":{ev_line['line']}" if ev_line.get("line") else "")
                 out.append(f"{'':45}{where}: {ev_line.get('text', '')}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from console.agent.wire.wording import plural
 from console.core.state import FleetState
 from console.core.status import BADGES, TABLE
 from widgets.fleet_grid import FleetGrid
@@ -23,7 +24,7 @@ def fleet_header(state: FleetState, grid: FleetGrid, *, demo: bool, read_only: b
         text.append(" simulated GPUs ", "bold reverse")  # (said here once, not on every row)
     if read_only:
         text.append(" READ-ONLY ", "bold reverse")
-    text.append(" %d instances" % totals["instances"])
+    text.append(" " + plural(totals["instances"], "instance"))
     if totals["gpus"]:
         text.append(" · GPUs %d busy / %d idle" % (totals["busy"], totals["idle"]))
         if totals["lost"]:

@@ -16,6 +16,7 @@ from ..diagnosis import diagnose as dg
 from ..wire.config import AgentConfig, as_list, plain, watch_dirs
 from ..wire.protocol import ProbeResult
 from ..wire.timefmt import fmt_age
+from ..wire.wording import plural
 
 MAX_LINES = 500
 
@@ -91,7 +92,7 @@ def probe_resources(config: AgentConfig) -> List[str]:
             lines.append("swap: %s free of %s" % (swap_free, swap_total))
     try:
         load = os.getloadavg()
-        lines.append("load: %.2f %.2f %.2f on %d cpu(s)" % (load[0], load[1], load[2], os.cpu_count() or 0))
+        lines.append("load: %.2f %.2f %.2f on %s" % (load[0], load[1], load[2], plural(os.cpu_count() or 0, "CPU")))
     except OSError:
         pass
     return lines
@@ -141,6 +142,6 @@ def run_probe(config: AgentConfig, name: str) -> ProbeResult:
     title, fn = PROBES[name]
     lines = [str(line) for line in fn(config)]
     if len(lines) > MAX_LINES:
-        lines = [*lines[:MAX_LINES], "... %d more line(s)" % (len(lines) - MAX_LINES)]
+        lines = [*lines[:MAX_LINES], "... %s more" % plural(len(lines) - MAX_LINES, "line")]
     return {"title": title, "lines": lines}
 

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..wire.config import DEFAULTS
 from ..wire.protocol import DiagnosisResult, Evidence, Verdict
 from ..wire.timefmt import fmt_age
+from ..wire.wording import code_words, plural
 from . import codes, rank, signatures
 from .completion import last_words, words_start
 from .events import LOG_SLACK, PERSISTENT, SEVERITY_LEVEL, Episode, kernel_episodes, log_episodes
@@ -44,7 +45,7 @@ __all__ = ["CONTEXT_RE", "analyze"]
 # -- step 3: recent files ---------------------------------------------------------------------------
 def recent_files(facts: Dict[str, Any], now: float, steps: List[Step]) -> None:
     files = sorted(facts.get("files") or [], key=lambda f: -(f.get("mtime") or 0.0))
-    steps.append(step("recent_files", "info", "%d recent file(s) in watched dirs" % len(files),
+    steps.append(step("recent_files", "info", "%s in watched dirs" % plural(len(files), "recent file"),
                       ["%8s ago %8s %s" % (fmt_age(now - (f.get("mtime") or now)), fmt_size(f.get("size")), f["path"])
                        for f in files[:30]]))
 
@@ -73,7 +74,7 @@ def read_progress(facts: Dict[str, Any], now: float, steps: List[Step]) -> Dict[
             s = prog.sample
             lines.append("  %s progress: %s%s, unchanged for %s" % (
                 s.kind, s.amount, "" if s.percent is None else " (%g%%)" % s.percent, fmt_age(prog.stuck_for)))
-    steps.append(step("logs", "info", "%d log tail(s) read" % len(facts.get("logs") or []), lines))
+    steps.append(step("logs", "info", "%s read" % plural(len(facts.get("logs") or []), "log tail"), lines))
     return out
 
 
@@ -147,12 +148,17 @@ def stalls(facts: Dict[str, Any], progress: Dict[str, LogProgress], procs: Proce
     still = ""
     if live.measured and not spinning:
         still = "; nothing moves (CPU %s, I/O %s)" % (
-            "?" if live.cpu is None else "%.2f core(s)" % live.cpu,
+            "?" if live.cpu is None else "%.2f cores" % live.cpu,
             "unknown" if live.io_rate is None else "%s/s" % fmt_size(live.io_rate))
-    summary = "hung: no progress for %s while %d benchmark process(es) are alive (last: %s)%s%s" % (
-        fmt_age(prog.stuck_for), len(procs.bench), short(clean_message(line), 80), gpus, still)
+    summary = "hung: no progress for %s while %s alive (last: %s)%s%s" % (
+        fmt_age(prog.stuck_for), alive_count(len(procs.bench)), short(clean_message(line), 80), gpus, still)
     items.append(Item("hung", "error", summary, [ev(path, first + prog.at, line)],
                       time=now - prog.stuck_for, order=first + prog.at))
+
+
+def alive_count(count: int) -> str:
+    """"1 benchmark process is" / "3 benchmark processes are"."""
+    return "%s %s" % (plural(count, "benchmark process"), "is" if count == 1 else "are")
 
 
 def silent_spin(facts: Dict[str, Any], logs: Dict[str, Dict[str, Any]], procs: Processes, live: Liveness,
@@ -171,9 +177,9 @@ def silent_spin(facts: Dict[str, Any], logs: Dict[str, Dict[str, Any]], procs: P
     if quiet <= stall or last is None:
         return
     first = int(newest.get("first_line") or 1)
-    summary = "hung: no log written for %s while %d benchmark process(es) are alive; GPUs spinning, not computing: %s" \
+    summary = "hung: no log written for %s while %s alive; GPUs spinning, not computing: %s" \
         " (a stuck collective or kernel; last: %s)" % (
-            fmt_age(quiet), len(procs.bench), live.gpus.line, short(clean_message(lines[last]), 80))
+            fmt_age(quiet), alive_count(len(procs.bench)), live.gpus.line, short(clean_message(lines[last]), 80))
     items.append(Item("hung", "error", summary, [ev(newest["path"], first + last, lines[last])],
                       time=now - quiet, order=first + last))
 
@@ -206,7 +212,7 @@ def liveness_step(facts: Dict[str, Any], procs: Processes, steps: List[Step]) ->
     lines = ["kind: %s (%s)" % (live.kind, live.kind_reason)]
     if live.measured:
         lines.append("CPU %s, I/O %s over %.1f s" % (
-            "?" if live.cpu is None else "%.2f core(s)" % live.cpu,
+            "?" if live.cpu is None else "%.2f cores" % live.cpu,
             "unknown (not readable)" if live.io_rate is None else "%s/s" % fmt_size(live.io_rate),
             float((facts.get("activity") or {}).get("seconds") or 0.0)))
     for pid, port in live.listening[:6]:
@@ -316,7 +322,7 @@ def signature_findings(facts: Dict[str, Any], procs: Processes, progress: Dict[s
     before = len(items)
     for code, eps in by_code.items():
         last = eps[-1].first
-        sig_lines.append("%s: %d occurrence(s), e.g. %s:%d" % (code, len(eps), last["path"], last["line"]))
+        sig_lines.append("%s: %s, e.g. %s:%d" % (code, plural(len(eps), "occurrence"), last["path"], last["line"]))
         if code == "missing_input":
             unresolved = []
             for ep in eps:
@@ -360,7 +366,7 @@ def signature_findings(facts: Dict[str, Any], procs: Processes, progress: Dict[s
     sig_lines.extend(signatures.custom_notes())  # the fleet's own patterns ran out of time
     found = len(items) - before
     steps.append(step("signatures", "problem" if sig_lines and found else "ok",
-                      "%d signature finding(s)" % found, sig_lines))
+                      plural(found, "signature finding"), sig_lines))
 
 
 # -- step 6: GPUs ------------------------------------------------------------------------------------
@@ -375,7 +381,7 @@ def gpu_state(facts: Dict[str, Any], procs: Processes, live: Liveness, items: Li
         steps.append(step("gpu", "skipped", "no GPU sample"))
         return
     if gpu.get("state") != "ok":
-        steps.append(step("gpu", "info", "GPU state %s%s" % (gpu.get("state"),
+        steps.append(step("gpu", "info", "GPU state: %s%s" % (code_words(gpu.get("state")),
                                                             ": %s" % gpu["message"] if gpu.get("message") else "")))
         return
     devices = gpu.get("devices") or []
@@ -408,12 +414,12 @@ def gpu_state(facts: Dict[str, Any], procs: Processes, live: Liveness, items: Li
         if procs.bench and live.kind == "server":
             why = "; the server %s" % ("has no model on a GPU" if live.model is None else "does not answer yet")
         items.append(Item("gpu_idle", "warning",
-                          "all %d GPU(s) idle (util <= %d%%) while the benchmark should be running%s"
-                          % (len(utils), IDLE_GPU_UTIL, why),
+                          "%s idle (util <= %d%%) while the benchmark should be running%s"
+                          % (("all " if len(utils) > 1 else "") + plural(len(utils), "GPU"), IDLE_GPU_UTIL, why),
                           [ev("gpu:%s" % d.get("index"), None, line) for d, line in zip(devices, lines)]))
         steps.append(step("gpu", "problem", "GPUs idle", lines))
     else:
-        steps.append(step("gpu", "ok" if not lost else "problem", "%d GPU(s)" % len(devices), lines))
+        steps.append(step("gpu", "ok" if not lost else "problem", plural(len(devices), "GPU"), lines))
 
 
 def now_of(facts: Dict[str, Any]) -> float:
@@ -523,7 +529,7 @@ def verdict(items: List[Item], procs: Processes, finished: Optional[Item], now: 
             steps: List[Step], notes: Optional[List[str]] = None) -> Verdict:
     code, head = rank.choose(items, procs.young_entry, finished)
     if code == "healthy":
-        what = "%d benchmark process(es) running" % len(procs.bench) if procs.bench else "nothing wrong found"
+        what = "%s running" % plural(len(procs.bench), "benchmark process") if procs.bench else "nothing wrong found"
         head.summary = "healthy: %s" % "; ".join([what, *list(notes or [])[:2]])
     out: Verdict = {"code": code, "severity": head.severity if code not in rank.FINE else "info",  # type: ignore
                     "summary": head.summary, "label": codes.label(code), "explanation": codes.explanation(code)}

@@ -95,7 +95,7 @@ class Liveness(NamedTuple):
         if self.io_rate is not None and self.io_rate >= IO_MOVING:
             out.append("I/O %s/s" % fmt_size(self.io_rate))
         if self.cpu is not None and self.cpu >= CPU_MOVING and self.gpus.state not in ("spin", "busy"):
-            out.append("CPU %.1f core(s)" % self.cpu)
+            out.append("CPU %.1f cores" % self.cpu)
         if self.gpus.state == "work":
             out.append("GPU work (%s)" % self.gpus.line)
         return out

@@ -8,6 +8,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Pattern
 from ..wire.config import DEFAULTS, compile_patterns
 from ..wire.procmatch import matches_program
 from ..wire.timefmt import fmt_age
+from ..wire.wording import plural
 from .records import Item, Step, step
 from .text import children_map, descendants, ev, proc_line, short
 
@@ -54,7 +55,7 @@ def benchmark_processes(facts: Dict[str, Any], items: List[Item], steps: List[St
     elif not match_pats:
         steps.append(step("processes", "skipped", "no benchmark match patterns configured"))
     elif bench:
-        steps.append(step("processes", "ok", "%d benchmark process(es) alive" % len(bench),
+        steps.append(step("processes", "ok", "%s alive" % plural(len(bench), "benchmark process"),
                           [proc_line(r) for r in bench[:20]]))
     else:
         pats = ", ".join(p.pattern for p in match_pats)
@@ -122,4 +123,4 @@ def entrypoint_tree(facts: Dict[str, Any], procs: Processes, items: List[Item], 
         items.append(Item("waiting_on_child", "warning", summary,
                           [ev("/proc/%d" % top["pid"], None, proc_line(top))]
                           + [ev("/proc/%d" % r["pid"], None, proc_line(r, d)) for d, r in desc[:4]]))
-    steps.append(step("entrypoint", status, "entrypoint tree (%d root(s))" % len(tops), tree_lines))
+    steps.append(step("entrypoint", status, "entrypoint tree (%s)" % plural(len(tops), "root"), tree_lines))
