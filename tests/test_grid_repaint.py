@@ -166,3 +166,39 @@ async def test_a_large_fleet_repaints_at_2_hz_but_the_cursor_and_an_open_instanc
             await wait_until(pilot, lambda p=painted: app.frames_painted != p, timeout=5, what="the next paint")
             assert app.frames_held == held, "a tick was held while the open instance had news"
             await pilot.pause(0.3 * (k % 3))  # (at different phases of the clock)
+
+
+def hostkey_fleet_app(sshd, tmp_path: Path):
+    """Two local agents (alpha, beta) and zz-newbox, a real sshd whose key is unknown: NEEDS ACTION once settled,
+    so it sorts above the other two although it is last by name (the order every instance has while connecting)."""
+    from console.core.audit import AuditLog
+    from console.core.controller import FleetController
+    from console.inventory import Fleet
+    from console.ui.app import FleetApp
+    from tests.support.app import make_fleet
+    from tests.support.sshd import ssh_instance
+
+    known = tmp_path / "kh" / "known_hosts"
+    known.parent.mkdir()
+    known.write_text("")
+    local = make_fleet(tmp_path, names=("alpha", "beta")).instances
+    newbox = ssh_instance(sshd, name="zz-newbox", known_hosts=str(known), python="/nonexistent/python3")
+    fleet = Fleet([*local, newbox], source=str(tmp_path / "fleet.toml"))
+    return FleetApp(FleetController(fleet, audit=AuditLog(tmp_path / "audit.jsonl")), theme="dark")
+
+
+async def test_after_start_up_the_cursor_is_on_the_top_row_until_the_operator_moves_it(sshd, tmp_path: Path) -> None:
+    app = hostkey_fleet_app(sshd, tmp_path)
+    async with app.run_test(size=(120, 30)) as pilot:
+        state = app.state
+        await wait_until(pilot, lambda: state.get("zz-newbox").status == "needs_action"
+                         and all(state.get(n).status == "ok" for n in ("alpha", "beta")), what="statuses settled")
+        grid = app.query_one(FleetGrid)
+        await wait_until(pilot, lambda: grid.visible_names[0] == "zz-newbox", what="the NEEDS ACTION pane on top")
+        await pilot.pause(0.3)
+        assert grid.cursor_name == "zz-newbox", "the cursor stayed on the row that was first while connecting"
+        await pilot.press("down")  # the operator moves it: from now on it stays where they put it
+        moved = grid.cursor_name
+        assert moved != "zz-newbox"
+        grid.relayout()  # a relayout (a resize, a reorder) keeps the operator's row
+        assert grid.cursor_name == moved

@@ -145,8 +145,8 @@ class FleetGrid(FleetViewWidget, can_focus=True):
                 self._pos[inst.name] = (col * self.pane_w, y, self.pane_w, h)
                 self._heights[inst.name] = self.pane_height(inst)
             y += h
-        if self.cursor_name not in self._pos:
-            self.cursor_name = self._names[0] if self._names else None
+        if self.cursor_name not in self._pos or (self.view.follows_top() and self.display):
+            self.cursor_name = self._names[0] if self._names else None  # (start-up: the top row once settled)
         self.virtual_size = Size(width, y)
         self._cols = pane.grid_columns(self.state.instances.values(), time.time())
         self._cache.clear()

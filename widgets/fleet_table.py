@@ -115,8 +115,8 @@ class FleetTable(FleetViewWidget, can_focus=True):
             if len(self._cache) > len(names):  # (a row's strip does not depend on its place: kept on a re-sort)
                 self._cache = {n: c for n, c in self._cache.items() if n in self._index}
             self.refresh()
-        if self.cursor_name not in self._index:
-            self.cursor_name = names[0] if names else None
+        if self.cursor_name not in self._index or self.view.follows_top():
+            self.cursor_name = names[0] if names else None  # (start-up: the top row once settled)
         name_w = min(24, max((len(n) for n in names), default=4))
         status_w = max((len(badge_text(i, now)) + 2 for i in items), default=6)
         width = self.scrollable_content_region.width or self.size.width

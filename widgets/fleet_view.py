@@ -30,6 +30,11 @@ class FleetView:
         self.cursor_name: Optional[str] = None
         self.selected: Set[str] = set()
         self.query_text = ""
+        self.moved = False  # the operator moved the cursor (a key, a click): until then it follows the top row
+
+    def follows_top(self) -> bool:
+        """Whether the cursor stays on the first row as statuses settle (the operator has not moved it)."""
+        return not self.moved
 
     def targets(self, shown: Sequence[str]) -> List[str]:
         """What a fleet action applies to: the selected instances among ``shown`` (never one the filter hides),
@@ -132,6 +137,7 @@ class FleetViewWidget(ScrollView, can_focus=True):
         self.hold_order()
         if name is None or name == self.cursor_name:
             return
+        self.view.moved = True
         old = self.cursor_name
         self.cursor_name = name
         self.refresh_item(old)
