@@ -75,6 +75,8 @@ def ages(inst: InstanceState, now: Optional[float] = None) -> bool:
     now = time.time() if now is None else now
     if figures_age(inst, now) is not None:
         return True
+    if inst.shows_verdict():  # "verdict 40s ago"
+        return True
     return bool(inst.restart_note(now)) or bool(inst.reconnects and now - inst.reconnects[-1] <= FLAP_WINDOW + 1)
 
 
@@ -281,6 +283,9 @@ def detail_line(
         line = Line(operator_text(inst.status_detail), pal.status.get(inst.status, pal.name))
         if inst.status == UNREACHABLE and inst.last_frame is not None and now is not None:
             line.append(" · last seen %s ago" % format_age(max(0.0, now - inst.last_frame)), pal.dim)
+        verdict_age = inst.verdict_age(time.time() if now is None else now) if inst.shows_verdict() else None
+        if verdict_age is not None:  # a verdict is a snapshot: how old it is (issue 35)
+            line.append(" · verdict %s ago" % format_age(verdict_age), pal.dim)
         retry = retry_text(retry_at, time.time() if now is None else now)
         if retry:
             line.append(" · " + retry, pal.dim)

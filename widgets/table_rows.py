@@ -109,6 +109,7 @@ def row_values(inst: InstanceState, now: float) -> Dict[str, Any]:
         "progress_age": None if progress_at is None else max(0.0, now - progress_at),
         "verdict": inst.verdict_summary() if inst.diagnosis else "",
         "verdict_current": inst.diagnosis_counts(),
+        "verdict_age": inst.verdict_age(now),
     }
 
 
@@ -199,8 +200,10 @@ def row_line(values: Dict[str, Any], cols: Layout, pal: Palette, status: str, *,
             text = _num(values["power"], "%dW")
         elif key == "uptime":
             text = format_age(values["uptime"]) if values["uptime"] is not None else "—"
-        elif key == "verdict":
-            text = values["verdict"] or "—"
+        elif key == "verdict":  # the verdict and its age, kept in view as the progress column's
+            age = values["verdict_age"] if values["verdict"] else None
+            suffix = " (%s)" % format_age(age) if age is not None else ""
+            text = _cell(values["verdict"] or "—", max(0, width - len(suffix)), False).rstrip() + suffix
             style = None if values["verdict_current"] else pal.dim
         else:  # progress: the last log line and its age
             age = values["progress_age"]

@@ -277,6 +277,14 @@ class InstanceState:
         verdict = self.diagnosis.get("verdict") or {}
         return str(verdict.get("brief") or verdict.get("summary") or verdict.get("code") or "")
 
+    def verdict_age(self, now: float) -> Optional[float]:
+        """Seconds since the verdict arrived (None without one): shown wherever the verdict is (issue 35)."""
+        return None if self.diagnosis is None or self.diagnosis_at is None else max(0.0, now - self.diagnosis_at)
+
+    def shows_verdict(self) -> bool:
+        """The badge's reason is the verdict (a FAILED or BENCH DOWN that the last diagnosis decided)."""
+        return bool(self.status_detail) and self.diagnosis_counts() and self.status_detail == self.verdict_summary()
+
     def diagnosis_finished(self) -> bool:
         """The last diagnosis found the run completed (a healthy end, not a benchmark that went down)."""
         diag = self.diagnosis
