@@ -99,19 +99,18 @@ async def test_metrics_on_an_sshd_fleet_match_the_state(sshd: Sshd, tmp_path: Pa
         assert pick(samples, "fleet_instance_status", name="gone", status="unreachable") == [1.0]
         assert sum(pick(samples, "fleet_instance_status", name="box1")) == 1.0
         assert pick(samples, "fleet_benchmark_up", name="box1") == [1.0]
-        assert pick(samples, "fleet_instance_up", name="box1", host="127.0.0.1", tags="obs,rtx") == [1.0]
+        assert pick(samples, "fleet_instance_info", name="box1", host="127.0.0.1", tags="obs,rtx") == [1.0]
         age = pick(samples, "fleet_instance_data_age_seconds", name="box1")
         assert len(age) == 1 and 0 <= age[0] < 10
         for gpu in box.gpus.values():
             labels = {"name": "box1", "gpu": str(gpu.index), "uuid": gpu.static["uuid"], "model": gpu.static["name"]}
-            assert pick(samples, "fleet_gpu_utilization_percent", **labels) == [float(gpu.util)]
+            assert pick(samples, "fleet_gpu_utilization_ratio", **labels) == [gpu.util / 100]
             assert pick(samples, "fleet_gpu_memory_used_bytes", **labels) == [float(gpu.sample["mem_used"])]
             assert pick(samples, "fleet_gpu_memory_total_bytes", **labels) == [24576.0 * MIB]
             assert pick(samples, "fleet_gpu_temperature_celsius", **labels) == [float(gpu.sample["temp"])]
             assert pick(samples, "fleet_gpu_lost", **labels) == [0.0]
-        assert pick(samples, "fleet_gpu_utilization_percent", name="box1", gpu="0") == [40.0]
-        assert pick(samples, "fleet_process_gpu_memory_bytes", name="box1", gpu="0", pid=str(proc.pid)) == [
-            1000.0 * MIB]
+        assert pick(samples, "fleet_gpu_utilization_ratio", name="box1", gpu="0") == [0.4]
+        assert pick(samples, "fleet_process_gpu_memory_bytes", name="box1", gpu="0") == [1000.0 * MIB]
         assert pick(samples, "fleet_instances", status="ok") == [1.0]
         assert pick(samples, "fleet_status_changes_total", name="gone", status="unreachable") == [1.0]
 
@@ -155,7 +154,7 @@ def test_serve_demo_metrics_and_sigterm(tmp_path: Path) -> None:
             if m:
                 samples = scrape(m.group(1))
                 ups = pick(samples, "fleet_instance_up")
-                gpus = pick(samples, "fleet_gpu_utilization_percent")
+                gpus = pick(samples, "fleet_gpu_utilization_ratio")
                 if len(ups) == 2 and all(ups) and gpus:
                     return samples
             assert proc.poll() is None, text
@@ -168,7 +167,7 @@ def test_serve_demo_metrics_and_sigterm(tmp_path: Path) -> None:
         assert len(pick(samples, "fleet_instance_status")) == 2 * len(STATUSES)  # a series per status and instance
         assert sum(pick(samples, "fleet_instance_status")) == 2.0
         assert sum(pick(samples, "fleet_instances")) == 2.0
-        assert all(0 <= v <= 100 for v in pick(samples, "fleet_gpu_utilization_percent"))
+        assert all(0 <= v <= 1 for v in pick(samples, "fleet_gpu_utilization_ratio"))
         assert pick(samples, "fleet_frames_total")[0] > 0
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
@@ -200,7 +199,7 @@ def test_the_fast_text_is_what_prometheus_client_writes(tmp_path: Path) -> None:
             {"index": 0, "util": 7, "mem_used": 5, "mem_total": 10, "temp": 50, "power": 99.5, "name": "G\nX",
              "uuid": "GPU-1", "lost": False, "error": None, "procs": []},
             {"index": 1, "lost": True, "error": "gone", "procs": []}], 1.0))
-    collector = FleetCollector(state, lambda: {"fleet_restarts": {('b"x\\0', "h", "ok"): 2.0}})
+    collector = FleetCollector(state, lambda: {"fleet_restarts": {('b"x\\0', "ok"): 2.0}})
 
     def parse(text: bytes) -> dict:
         return {(s.name, tuple(sorted(s.labels.items()))): s.value
@@ -322,3 +321,41 @@ def test_serve_follows_fleet_file_edits_and_sighup(sshd: Sshd, tmp_path: Path) -
     source.run_to_end()
     assert set(source.state.instances) == {"b"} and source.state.instances["b"].ever_connected
     assert [t[1:] for t in source.transitions] == [t[1:] for t in source.recorded]
+
+
+def test_the_exporter_follows_prometheus_conventions() -> None:
+    """Utilization is a 0-1 ``_ratio``; host and tags only on ``fleet_instance_info`` (one label set per metric
+    across instances); no ``pid`` label; every counter is there at 0 before its first event (issue 35.22)."""
+    from console.core.state import FleetState
+    from console.core.status import STATUSES
+    from console.inventory import Instance
+    from console.monitor.metrics import FleetCollector, render_text
+
+    state = FleetState()
+    for name, tags in (("a", ("x", "y")), ("b", ())):
+        state.add_instance(Instance(name=name, host="10.0.0.1", tags=tags))
+        state.set_link_status(name, "connected", "")
+        state.apply_frame(name, frames.gpu([{"index": 0, "util": 40, "mem_used": 5, "mem_total": 10, "temp": 50,
+                                            "uuid": "GPU-1", "name": "G", "lost": False, "error": None,
+                                            "procs": [{"pid": 4242, "mem": 7}]}], 1.0))
+    seeds = {"fleet_alert_notifications": [("Down", "firing"), ("Down", "resolved")],
+             "fleet_webhook_failures": [("http://127.0.0.1:9",)]}
+    collector = FleetCollector(state, lambda: {}, seeds=lambda: seeds)
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(render_text(collector.gather()).decode()) for s in f.samples}
+    assert pick(samples, "fleet_gpu_utilization_ratio", name="a", gpu="0") == [0.4]
+    assert not [n for n, _ in samples if n.endswith("_percent")]
+    label_sets: dict[str, set[frozenset[str]]] = {}
+    for metric, labels in samples:
+        keys = {k for k, _ in labels}
+        assert "pid" not in keys, metric
+        if metric != "fleet_instance_info":
+            assert not keys & {"host", "tags"}, (metric, keys)
+        label_sets.setdefault(metric, set()).add(frozenset(keys))
+    assert all(len(sets) == 1 for sets in label_sets.values()), label_sets
+    assert pick(samples, "fleet_instance_info", name="a", host="10.0.0.1", tags="x,y") == [1.0]
+    for name in ("a", "b"):
+        assert pick(samples, "fleet_restarts_total", name=name, outcome="failed") == [0.0]
+        assert len(pick(samples, "fleet_status_changes_total", name=name)) == len(STATUSES)
+    assert pick(samples, "fleet_alert_notifications_total", alertname="Down", state="firing") == [0.0]
+    assert pick(samples, "fleet_webhook_failures_total", webhook="http://127.0.0.1:9") == [0.0]

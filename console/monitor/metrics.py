@@ -5,9 +5,11 @@ gauges on every frame: frames stay a few dict updates, and a scrape costs what i
 side is a small asyncio server in the console's own event loop, so a scrape sees the state between two
 frames (no thread reads dicts the loop is changing). Bound to 127.0.0.1 unless told otherwise.
 
-Labels: ``name`` (the instance; ``instance`` is Prometheus's own target label), ``host``, ``tags`` (comma
-separated) on the instance series; per GPU ``name``, ``gpu`` (index), ``uuid``, ``model``, with host and tags
-by a join on ``fleet_instance_info`` (800 GPUs x 9 series stay small). docs/monitoring.md lists every metric.
+Labels: ``name`` (the instance; ``instance`` is Prometheus's own target label) on every instance series;
+``host`` and ``tags`` (comma separated) only on ``fleet_instance_info``, joined on ``name``; per GPU ``name``,
+``gpu`` (index), ``uuid``, ``model``. No ``pid`` label (a restart would start a new series each time): a GPU's
+benchmark memory is summed per program. Utilization is a 0-1 ``_ratio``; every counter is there at 0 from the
+first scrape (per instance, per alert rule, per webhook). docs/monitoring.md lists every metric.
 The text format is written by ``render_text`` from plain tuples (a scrape of 100 x 8 GPUs in a few tens of
 ms); OpenMetrics, when asked for, goes through prometheus-client's encoder from the same ``gather``.
 """
@@ -35,11 +37,12 @@ DEFAULT_BIND = "127.0.0.1"
 MAX_REQUEST_BYTES = 16 * 1024
 REQUEST_TIMEOUT = 10.0
 
-INST = ["name", "host", "tags"]
+INFO = ["name", "host", "tags"]  # only on fleet_instance_info: join on name for the others
+INST = ["name"]
 GPU = ["name", "gpu", "uuid", "model"]  # host and tags by a join on fleet_instance_info (keeps 8 GPUs' series small)
 # (metric suffix, help, sample key, scale); the GPU gauges
 GPU_GAUGES = (
-    ("utilization_percent", "GPU utilization (%)", "util", 1.0),
+    ("utilization_ratio", "GPU utilization (0-1)", "util", 0.01),
     ("memory_used_bytes", "GPU memory used", "mem_used", 1.0),
     ("memory_total_bytes", "GPU memory total", "mem_total", 1.0),
     ("temperature_celsius", "GPU temperature", "temp", 1.0),
@@ -61,10 +64,16 @@ class Family:
         self.samples: list[tuple[tuple[str, ...], float]] = []
 
 
-def gather(state: FleetState, counters: dict[str, dict[tuple[str, ...], float]], now: float) -> list[Family]:
-    """Every metric of the fleet at ``now``: one walk over the state."""
+Counts = dict[str, dict[tuple[str, ...], float]]
+Seeds = dict[str, list[tuple[str, ...]]]
+RESTART_OUTCOMES = ("ok", "failed", "refused", "unknown")
+
+
+def gather(state: FleetState, counters: Counts, now: float, seeds: Seeds | None = None) -> list[Family]:
+    """Every metric of the fleet at ``now``: one walk over the state. ``seeds``: counter label sets shown at 0
+    before their first event (alert rules, webhooks); the per-instance ones are seeded here."""
     f = Family
-    info = f("fleet_instance_info", "1 per instance; join on name for host and tags", INST)
+    info = f("fleet_instance_info", "1 per instance; join on name for host and tags", INFO)
     up = f("fleet_instance_up", "1 when the console's link to the instance is connected", INST)
     status = f("fleet_instance_status", "1 for the instance's current status", [*INST, "status"])
     age = f("fleet_instance_data_age_seconds", "seconds since the instance's last data", INST)
@@ -74,12 +83,12 @@ def gather(state: FleetState, counters: dict[str, dict[tuple[str, ...], float]],
     findings = f("fleet_diagnosis_findings", "findings of the last diagnosis by code", [*INST, "code", "severity"])
     lost = f("fleet_gpu_lost", "1 when the GPU is lost or missing from the instance's report", GPU)
     gauges = [(f("fleet_gpu_" + suffix, text, GPU), key, scale) for suffix, text, key, scale in GPU_GAUGES]
-    proc_mem = f("fleet_process_gpu_memory_bytes", "GPU memory of the benchmark's processes",
-                 [*INST, "gpu", "pid", "process"])
+    proc_mem = f("fleet_process_gpu_memory_bytes", "GPU memory of the benchmark's processes, summed per program",
+                 [*INST, "gpu", "process"])
     totals = f("fleet_instances", "instances by status", ["status"])
     for inst in state.instances.values():
-        base = (inst.name, inst.host, ",".join(inst.tags))
-        info.samples.append((base, 1.0))
+        base = (inst.name,)
+        info.samples.append(((inst.name, inst.host, ",".join(inst.tags)), 1.0))
         up.samples.append((base, 1.0 if inst.link_status == "connected" else 0.0))
         current = inst.status
         status.samples.extend(((*base, s), 1.0 if current == s else 0.0) for s in STATUSES)
@@ -105,21 +114,41 @@ def gather(state: FleetState, counters: dict[str, dict[tuple[str, ...], float]],
                 if value is not None:
                     family.samples.append((labels, value * scale))
             if bench_pids:
-                for p in sample.get("procs") or ():
-                    name = bench_pids.get(p.get("pid"))
-                    if name is not None and p.get("mem") is not None:
-                        proc_mem.samples.append(((*base, str(gpu.index), str(p["pid"]), name), p["mem"]))
+                proc_mem.samples.extend(_program_memory(inst.name, str(gpu.index), sample, bench_pids))
     counts = state.totals()
     totals.samples.extend(((s,), float(counts[s])) for s in STATUSES)
     frames = f("fleet_frames", "frames received from the agents", [], "counter")
     frames.samples.append(((), float(state.frames)))
     out = [info, up, status, age, bench, verdict, verdict_ts, findings, lost, *(g for g, _, _ in gauges), proc_mem,
            totals, frames]
+    zeros = _counter_zeros(state, seeds or {})
     for metric, (text, names) in COUNTERS.items():
         counter = f(metric, text, names, "counter")
-        counter.samples.extend(counters.get(metric, {}).items())
+        seen = counters.get(metric, {})
+        counter.samples.extend(seen.items())
+        counter.samples.extend((key, 0.0) for key in zeros.get(metric, ()) if key not in seen)
         out.append(counter)
     return out
+
+
+def _counter_zeros(state: FleetState, seeds: Seeds) -> Seeds:
+    """The label sets every counter has from the start: restarts per instance and outcome, status changes per
+    instance and status, and the ``seeds`` given (alert rules x firing/resolved, webhooks)."""
+    names = list(state.instances)
+    return {**seeds,
+            "fleet_restarts": [(n, o) for n in names for o in RESTART_OUTCOMES],
+            "fleet_status_changes": [(n, s) for n in names for s in STATUSES]}
+
+
+def _program_memory(name: str, gpu: str, sample: dict[str, Any], bench_pids: dict[int, str]
+                    ) -> list[tuple[tuple[str, ...], float]]:
+    """A GPU's benchmark memory summed per program (no pid label: a restart does not start new series)."""
+    by_program: dict[str, float] = {}
+    for p in sample.get("procs") or ():
+        program = bench_pids.get(p.get("pid"))
+        if program is not None and p.get("mem") is not None:
+            by_program[program] = by_program.get(program, 0.0) + float(p["mem"])
+    return [((name, gpu, program), mem) for program, mem in sorted(by_program.items())]
 
 
 def _diagnosis(inst: InstanceState, base: tuple[str, ...], verdict: Family, verdict_ts: Family,
@@ -177,17 +206,19 @@ class FleetCollector(Collector):
     ``{metric: {(label values...): value}}`` with each metric's label names in ``COUNTERS``.
     """
 
-    def __init__(self, state: FleetState, counters: Callable[[], dict[str, dict[tuple[str, ...], float]]] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, state: FleetState, counters: Callable[[], Counts] | None = None,
+                 clock: Callable[[], float] = time.time, seeds: Callable[[], Seeds] | None = None) -> None:
         self.state = state
         self.counters = counters
         self.clock = clock
+        self.seeds = seeds
 
     def describe(self) -> list[Metric]:
         return []  # no collect() at registration time
 
     def gather(self) -> list[Family]:
-        return gather(self.state, self.counters() if self.counters is not None else {}, self.clock())
+        return gather(self.state, self.counters() if self.counters is not None else {}, self.clock(),
+                      self.seeds() if self.seeds is not None else None)
 
     def collect(self) -> Iterator[Metric]:
         for fam in self.gather():
@@ -203,8 +234,8 @@ class FleetCollector(Collector):
 
 # Counter metrics the monitoring keeps: name -> (help, label names).
 COUNTERS: dict[str, tuple[str, list[str]]] = {
-    "fleet_restarts": ("benchmark restarts by outcome (ok, failed, refused)", ["name", "host", "outcome"]),
-    "fleet_status_changes": ("status transitions by the status entered", ["name", "host", "status"]),
+    "fleet_restarts": ("benchmark restarts by outcome (ok, failed, refused, unknown)", ["name", "outcome"]),
+    "fleet_status_changes": ("status transitions by the status entered", ["name", "status"]),
     "fleet_alert_notifications": ("alert notifications queued by rule and state", ["alertname", "state"]),
     # webhook: its scheme://host[:port] (console/monitor/alerts.py webhook_names), never the URL and its secrets
     "fleet_webhook_failures": ("webhook posts that failed (each retry counts), by receiver", ["webhook"]),

@@ -32,7 +32,7 @@ TICK = 1.0  # seconds between monitoring ticks
 class HistoryObserver:
     """Feeds the history store from the state's hooks (GPU minutes from the frames themselves)."""
 
-    def __init__(self, history: Any) -> None:
+    def __init__(self, history: Any, state: ObservedState | None = None) -> None:
         self.h = history
 
     def on_frame(self, name: str, frame: Any, now: float) -> None:
@@ -110,8 +110,7 @@ class Monitoring:
 
     # -- observer hooks (the monitoring's own) --------------------------------------------------------
     def on_transition(self, name: str, old: str, new: str, detail: str, now: float) -> None:
-        inst = self.state.instances.get(name)
-        self.count("fleet_status_changes", (name, inst.host if inst else "", new))
+        self.count("fleet_status_changes", (name, new))
         if self.log_transitions:
             log.info("transition %s: %s -> %s%s", name, old, new, f" ({detail})" if detail else "")
 
@@ -123,7 +122,7 @@ class Monitoring:
 
     def _on_audit(self, entry: dict[str, Any]) -> None:
         if entry.get("action") == "restart":
-            self.count("fleet_restarts", (entry["instance"], entry.get("host") or "", entry.get("outcome") or ""))
+            self.count("fleet_restarts", (entry["instance"], entry.get("outcome") or ""))
         for hook in self.state.hooks["on_audit"]:
             hook(entry)
 
@@ -132,6 +131,13 @@ class Monitoring:
         self.controller = controller
         if self.history_path is not None:
             try:
+    def _counter_seeds(self) -> dict[str, list[tuple[str, ...]]]:
+        """Counter label sets at 0 before their first event: each alert rule's states, each webhook."""
+        if self.alerts is None:
+            return {}
+        return {"fleet_alert_notifications": [(r.name, s) for r in self.alerts.rules for s in ("firing", "resolved")],
+                "fleet_webhook_failures": [(s.name,) for s in self.alerts.senders.values()]}
+
                 from console.monitor.history import DEFAULT_MAX_DAYS, History
 
                 self.history = History(self.history_path, max_days=self.history_days or DEFAULT_MAX_DAYS)
@@ -157,7 +163,8 @@ class Monitoring:
         if self.metrics_at is not None:
             from console.monitor.metrics import FleetCollector, MetricsServer
 
-            collector = FleetCollector(self.state, lambda: self.counters, clock=self.state.clock)
+            collector = FleetCollector(self.state, lambda: self.counters, clock=self.state.clock,
+                                       seeds=self._counter_seeds)
             self.server = MetricsServer(collector, *self.metrics_at)
             await self.server.start()
             log.info("metrics on %s", self.server.url)
