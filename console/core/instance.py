@@ -30,6 +30,7 @@ MAX_ERRORS = 20
 DEFAULT_HEARTBEAT = 5.0  # agent heartbeat_interval default (seconds)
 STALE_FACTOR = 2.0  # heartbeats missed before STALE (5 s heartbeat: stale at 10 s)
 FLAP_WINDOW = 600.0  # seconds: reconnects counted in the pane's flap counter
+SETTLE_SECONDS = 60.0  # seconds after a first connect or a reload in which status changes are settling, not flaps
 
 BAD_SEVERITIES = frozenset(("error", "critical"))
 BENCH_DOWN_CODES = frozenset(("benchmark_down", "benchmark_not_running", "not_running", "bench_down"))
@@ -95,6 +96,9 @@ class InstanceState:
         self.bench_log: Optional[str] = None
         self.log_moved_on = False  # the benchmark's log started over since the verdict
         self.reconnects: Deque[float] = deque(maxlen=64)  # console clock of each reconnect (flap counter)
+        # Start-up (CONNECTING -> OK -> BENCH DOWN -> FAILED as the facts arrive) and a reload (its link stopped
+        # and started again) settle for SETTLE_SECONDS: those changes are not flapping (issue 35).
+        self.settle_until: Optional[float] = None
         # Detail on demand (console/core/detail.py, op ``detail``): an instance off screen gets GPU frames on change or
         # every 5 s and only its benchmark's and GPU's processes; the pane says how old its figures are.
         self.gpu_at: Optional[float] = None  # console clock of the last gpu frame
@@ -247,6 +251,10 @@ class InstanceState:
         if at is None or (self.diagnosis_at is not None and self.diagnosis_at > at):
             return ""
         return "restarted %s ago" % format_age(max(0.0, now - at))
+
+    def settling(self, now: float) -> bool:
+        """Within SETTLE_SECONDS of a first connect or a reload: a status change is the state settling."""
+        return self.settle_until is not None and now <= self.settle_until
 
     def flaps(self, now: float) -> int:
         """Reconnects within the last ``FLAP_WINDOW`` seconds."""

@@ -28,6 +28,7 @@ from console.core.instance import (
     FLAP_WINDOW,
     MAX_ERRORS,
     STALE_FACTOR,
+    SETTLE_SECONDS,
     InstanceState,
     ProbeView,
 )
@@ -65,6 +66,7 @@ __all__ = [  # the names other modules import from here (the ones defined elsewh
     "MAX_PROBE_LINES",
     "RENOTIFY_AFTER",
     "STABLE_FOR",
+    "SETTLE_SECONDS",
     "STALE_FACTOR",
     "FleetState",
     "GpuState",
@@ -100,6 +102,8 @@ class FleetState:
         else:
             inst.adopt(instance)  # a reload: everything the record says, patterns included, applies now
         now = self.clock()
+            inst.quiet_connect = True  # its new link's connect is the reload's, no reconnect (the flap counter)
+            inst.settle_until = self.clock() + SETTLE_SECONDS
         self._touch(inst, now)
         self._rederive(inst, now)
         return inst
@@ -125,13 +129,13 @@ class FleetState:
         if status != old:
             inst.status = status
             self.order_version += 1
-            if status != "connecting":
+            if status != "connecting" and inst.link_status != "closed":  # (closed: the console stopped it, a reload)
                 # Compare with the last settled status, so a host that keeps failing to reconnect
                 # (unreachable -> connecting -> unreachable ...) reports once, not on every retry.
                 before = inst.settled_status
                 first_bad = before is None and status in ("unreachable", "needs_action", "failed")
-                if (first_bad or (before is not None and RANK[status] < RANK.get(before, 99))) \
-                        and not is_flapping(inst, status, now):
+                worse = first_bad or (before is not None and RANK[status] < RANK.get(before, 99))
+                if worse and not is_flapping(inst, status, now):
                     self._events.append((inst.name, before or old, status, detail))
                     inst.notified.setdefault(status, deque(maxlen=FLAP_NOTICES)).append(now)
                 inst.settled_status, inst.settled_detail = status, detail
@@ -160,9 +164,11 @@ class FleetState:
         if inst is None:
             return
         now = self.clock()
-        if status == "connected" and inst.ever_connected and inst.link_status != "connected" \
-                and not inst.quiet_connect:
-            inst.reconnects.append(now)
+        if status == "connected" and inst.link_status != "connected":
+            if inst.ever_connected and not inst.quiet_connect:
+                inst.reconnects.append(now)
+            elif not inst.ever_connected or inst.settling(now):  # start-up, or a reload's new link
+                inst.settle_until = now + SETTLE_SECONDS
         if status == "connected":
             inst.quiet_connect = False
         if status != inst.link_status or inst.link_since is None:

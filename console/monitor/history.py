@@ -162,9 +162,11 @@ class History:
             text = json.dumps({"truncated": True, "head": text[:MAX_DATA_CHARS]})
         self._events.append((ts, self._id(name), kind, status, detail, text))
 
-    def transition(self, ts: float, name: str, old: str, new: str, detail: str) -> None:
+    def transition(self, ts: float, name: str, old: str, new: str, detail: str, counts: bool = True) -> None:
+        """A status change; ``counts``: towards a flap (not while start-up or a reload settles)."""
         self.event(ts, name, "transition", new, detail, {"from": old})
-        self._change(ts, name, f"{old} -> {new}")
+        if counts:
+            self._change(ts, name, f"{old} -> {new}")
 
     def reconnect(self, ts: float, name: str) -> None:
         """A link that connected again: counts towards a flap, recorded only as part of one."""

@@ -34,17 +34,22 @@ class HistoryObserver:
 
     def __init__(self, history: Any, state: ObservedState | None = None) -> None:
         self.h = history
+        self.state = state  # whether a change is start-up or a reload settling (InstanceState.settling)
+
+    def _settling(self, name: str, now: float) -> bool:
+        inst = self.state.instances.get(name) if self.state is not None else None
+        return inst is not None and inst.settling(now)
 
     def on_frame(self, name: str, frame: Any, now: float) -> None:
         if frame.get("type") == "gpu" and frame.get("devices"):
             self.h.gpu_sample(now, name, frame["devices"])
 
     def on_link(self, name: str, status: str, detail: str, now: float) -> None:
-        if status == "connected":
+        if status == "connected" and not self._settling(name, now):
             self.h.reconnect(now, name)
 
     def on_transition(self, name: str, old: str, new: str, detail: str, now: float) -> None:
-        self.h.transition(now, name, old, new, detail)
+        self.h.transition(now, name, old, new, detail, counts=not self._settling(name, now))
 
     def on_diagnosis(self, name: str, data: Any, now: float) -> None:
         self.h.verdict(now, name, data)
@@ -141,7 +146,7 @@ class Monitoring:
                 from console.monitor.history import DEFAULT_MAX_DAYS, History
 
                 self.history = History(self.history_path, max_days=self.history_days or DEFAULT_MAX_DAYS)
-                self.state.observe(HistoryObserver(self.history))
+                self.state.observe(HistoryObserver(self.history, self.state))
                 log.info("history in %s", self.history_path)
             except Exception as exc:  # no history is no reason to stop watching the fleet
                 log.warning("history off: cannot open %s: %s", self.history_path, exc)
