@@ -68,6 +68,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         tags = f"  [{', '.join(inst.tags)}]" if inst.tags else ""
         print(f"  {inst.name:<24} {inst.transport:<5} {inst.address}{tags}")
     return 0
+    unwatched = [i.name for i in fleet.instances if not (i.benchmark.match or i.benchmark.entrypoint)]
+    if unwatched:  # BENCH DOWN can never show for these (issue 35)
+        print(f"  benchmark not watched on {len(unwatched)} of {len(fleet.instances)}: no [benchmark] match "
+              f"({', '.join(unwatched[:8])}{', …' if len(unwatched) > 8 else ''})")
 
 
 async def _check_connect(fleet: Fleet, timeout: float) -> int:

@@ -529,3 +529,26 @@ def test_problems_to_fix_on_this_side_are_needs_action_not_unreachable() -> None
     assert got["down"][0] == "unreachable"
     assert state.totals()["needs_action"] == 2 and state.totals()["failing"] == 3
     assert [i.name for i in state.ordered()] == ["keyless", "unknown", "down"]
+
+
+def test_an_instance_without_a_benchmark_section_says_its_benchmark_is_not_watched(tmp_path: Path) -> None:
+    """Issue 35 item 23: without [benchmark], BENCH DOWN can never show and nothing said so. Its OK badge's detail
+    (the instance screen's header, ``status``'s detail) says it once, and so does ``check``."""
+    state, _ = make_state("plain")
+    state.add_instance(Instance(name="watched", host="10.0.0.2", benchmark=BenchmarkSpec(match=("prover",))))
+    for name in ("plain", "watched"):
+        connect(state, name)
+        state.apply_frame(name, gpu_frame([90], full=True))
+        state.apply_frame(name, frames.procs([proc(7, name="prover", cmdline="prover --run")]))
+    plain, watched = state.get("plain"), state.get("watched")
+    assert plain is not None and watched is not None
+    assert (plain.status, plain.status_detail) == ("ok", "benchmark not watched: no [benchmark] match in fleet.toml")
+    assert (watched.status, watched.status_detail) == ("ok", "")
+
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text('[[instance]]\nname = "plain"\nhost = "10.0.0.1"\n\n'
+                     '[[instance]]\nname = "watched"\nhost = "10.0.0.2"\n[instance.benchmark]\nmatch = ["prover"]\n')
+    out = subprocess.run([sys.executable, "-m", "console", "check", "--fleet", str(fleet)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "benchmark not watched on 1 of 2: no [benchmark] match (plain)" in out.stdout, out.stdout

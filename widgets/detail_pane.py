@@ -69,7 +69,7 @@ def bench_line(inst: InstanceState, pal: Palette, now: float) -> Line:
         else:
             line.append("not running", pal.error)
     else:
-        line.append("unknown" if inst.bench_patterns else "no match patterns configured", pal.dim)
+        line.append("unknown" if inst.bench_patterns else "not watched: no [benchmark] match in fleet.toml", pal.dim)
     for note in notes(inst, now):
         line.append(" · " + note, pal.warn)
     return line

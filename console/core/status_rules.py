@@ -18,6 +18,8 @@ RENOTIFY_AFTER = 300.0  # seconds: a host that went down twice in this long, nev
 FLAP_NOTICES = 2  # flapping: its next drops in that window are not news (a reconnect storm, one notice a retry)
 STABLE_FOR = 10.0  # seconds connected that make a later drop news again (the link's STABLE_AFTER)
 IDLE_WINDOW = 30  # samples (seconds) of idleness before an instance is "gpu_idle"
+# An OK instance without [benchmark] says so (issue 35): BENCH DOWN can never show for it.
+NOT_WATCHED = "benchmark not watched: no [benchmark] match in fleet.toml"
 
 
 def derive_status(inst: InstanceState, now: float) -> Tuple[str, str]:
@@ -52,7 +54,7 @@ def derive_status(inst: InstanceState, now: float) -> Tuple[str, str]:
         return "benchmark_down", "no benchmark process running"
     if inst.gpus and inst.idle_seconds >= IDLE_WINDOW:
         return "gpu_idle", "GPUs idle for %s+" % format_age(inst.idle_seconds)
-    return "ok", ""
+    return "ok", "" if inst.bench_patterns or inst.entry_patterns else NOT_WATCHED
 
 
 def is_flapping(inst: InstanceState, status: str, now: float) -> bool:
