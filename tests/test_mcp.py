@@ -399,3 +399,35 @@ async def test_serve_mcp_shares_the_services_links_and_state(tmp_path: Path) -> 
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+# -- issue 35: fleet_status's enum and filter, details cut at a word ---------------------------------------
+@pytest.mark.timeout(180)
+async def test_fleet_status_offers_every_status_and_takes_the_consoles_filter(tmp_path: Path) -> None:
+    from console.core.status import STATUSES
+
+    async with mcp_session(tmp_path, None, "--demo", "--instances", "2") as session:
+        listed = {t.name: t for t in (await session.list_tools()).tools}
+        enum = listed["fleet_status"].input_schema["properties"]["status"]["enum"]
+        assert set(STATUSES) <= set(enum) and "needs_action" in enum, enum
+        assert "filter" in listed["fleet_status"].input_schema["properties"]
+        deadline = time.monotonic() + 60
+        while not (await call(session, "fleet_status", filter="util>=0"))[0]["matched"]:
+            assert time.monotonic() < deadline, "the demo's GPUs never reported"
+            await asyncio.sleep(0.5)
+        assert (await call(session, "fleet_status", filter="temp>1000"))[0]["matched"] == 0
+        bad = await call_error(session, "fleet_status", filter="util<5 & bogus>1")
+        assert "bogus" in bad and "\n" not in bad.strip() and "Traceback" not in bad, bad
+        assert "no prices yet" in await call_error(session, "fleet_status", filter="$/h>1")
+
+
+def test_status_detail_is_cut_at_a_word() -> None:
+    from console.core.state import FleetState
+    from console.inventory import Instance
+    from console.mcp.tools import status_row
+
+    state = FleetState()
+    inst = state.add_instance(Instance(name="a", host="h"))
+    inst.status_detail = " ".join(["download"] * 80)
+    detail = status_row(inst, time.time())["detail"]
+    assert detail.endswith("download…") and len(detail) <= safe.FIELD_CHARS, detail

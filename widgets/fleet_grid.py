@@ -21,6 +21,7 @@ from textual.binding import Binding
 from textual.geometry import Region, Size
 from textual.strip import Strip
 
+from console.core import predicates
 from console.core.state import FleetState, InstanceState, matches
 from console.core.status import STALE
 
@@ -256,6 +257,9 @@ class FleetGrid(FleetViewWidget, can_focus=True):
     def hint_lines(self) -> List[str]:
         """What an empty grid says: how to add an instance, or that the filter hides every one."""
         if self.state.instances:
+            error = predicates.check(self.query_text)
+            if error:
+                return ["", "  Filter: %s. Esc clears the filter." % error]
             return ["", "  No instance matches %r. Esc clears the filter." % self.query_text]
         where = self.fleet_file or "fleet.toml"
         return [

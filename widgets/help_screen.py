@@ -51,7 +51,7 @@ NOTES: Dict[str, Dict[str, str]] = {
     "App": {
         "quit": "quit the console (ctrl+q from any screen)",
         "help": "this help",
-        "filter": "filter by name, tag or host (tag:x status:x); esc clears",
+        "filter": "filter by name, tag or host (tag:x status:x util<5 temp>85); esc clears",
         "diagnose": "diagnose the selected instances (or the focused one)",
         "restart": "restart the benchmark (asks first; refused in read-only)",
         "probe": "probes menu (pick by key or from the list)",
@@ -286,6 +286,9 @@ def help_text(app: App[Any]) -> Text:
     text.append("\n")
     text.append("\n".join(wrap("Statuses, trouble first: %s." % statuses, WIDTH)) + "\n")
     text.append("Mouse: click a pane to focus it, double-click to open; keys do it all.\n")
+    text.append("\n".join(wrap("Filters (/, :diagnose/:restart/:probe, MCP fleet_status): words of the name, host or a "
+                                "tag, tag:x, status:x, and numbers joined by &: util<5 & power>300, temp>85, mem>90%, "
+                                "mem>20G, idle>10m, $/h>1 (once prices exist).", WIDTH)) + "\n")
     text.append("(end of help)", "dim")
     return text
 

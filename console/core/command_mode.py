@@ -2,7 +2,8 @@
 
 Commands: ``open NAME``, ``diagnose FILTER``, ``restart FILTER``, ``probe PROBE FILTER``, ``sort KEY``
 (``-KEY`` reverses), ``theme NAME``. FILTER is the grid's filter (``console/core/state.py`` ``matches``: words of the
-name, host or a tag, ``tag:x``, ``status:x``) plus ``name~x`` (the name alone). A command that changes hosts
+name, host or a tag, ``tag:x``, ``status:x``, numeric predicates ``util<5 & power>300``) plus ``name~x`` (the name
+alone). A command that changes hosts
 (``restart``) is marked ``destructive``: the caller confirms it with the exact target list first.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, List, Optional, Sequence, Tuple
 
+from console.core import predicates
 from console.core.state import FleetState, InstanceState, matches
 from console.core.status import STATUSES
 
@@ -68,14 +70,14 @@ def parse(line: str, vocab: Optional[Vocabulary] = None) -> Command:
     vocab = vocab or Vocabulary()
     if verb in ("diagnose", "restart"):
         if not rest:
-            raise CommandError("usage: %s (e.g. status:failed, tag:3090, name~vast)" % USAGE[verb])
-        return Command(verb, filter=" ".join(rest))
+            raise CommandError("usage: %s (e.g. status:failed, tag:3090, name~vast, util<5 & power>300)" % USAGE[verb])
+        return Command(verb, filter=_checked(" ".join(rest)))
     if verb == "probe":
         if len(rest) < 2:
             raise CommandError("usage: " + USAGE[verb])
         if vocab.probes and rest[0] not in vocab.probes:
             raise CommandError("unknown probe %r (%s)" % (rest[0], ", ".join(vocab.probes)))
-        return Command(verb, arg=rest[0], filter=" ".join(rest[1:]))
+        return Command(verb, arg=rest[0], filter=_checked(" ".join(rest[1:])))
     if len(rest) != 1:
         raise CommandError("usage: " + USAGE[verb])
     arg = rest[0]
@@ -95,6 +97,14 @@ def parse(line: str, vocab: Optional[Vocabulary] = None) -> Command:
     if vocab.themes and arg not in vocab.themes:
         raise CommandError("unknown theme %r (%s)" % (arg, ", ".join(vocab.themes)))
     return Command(verb, arg=arg)
+
+
+def _checked(query: str) -> str:
+    """``query`` when its predicates parse (console/core/predicates.py); else CommandError with the one line."""
+    error = predicates.check(query)
+    if error:
+        raise CommandError(error)
+    return query
 
 
 def _match(inst: InstanceState, query: str) -> bool:

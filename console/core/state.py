@@ -20,6 +20,7 @@ from collections import deque
 from typing import Callable, Deque, Dict, Iterable, List, Optional, Set, Tuple
 
 from console.agent.wire.protocol import DiagnosisResult, Frame, ProbeResult
+from console.core import predicates
 from console.core.frame_handlers import FRAME_HANDLERS, IDLE_UTIL, MAX_LOG_FILES
 from console.core.instance import (
     BAD_SEVERITIES,
@@ -265,7 +266,16 @@ class FleetState:
 
 
 def matches(inst: InstanceState, query: str) -> bool:
-    """Every whitespace-separated word must match the name, a tag, the host or the status."""
+    """Every whitespace-separated word must match the name, a tag, the host or the status, and every numeric
+    predicate hold (``util<5 & power>300``: console/core/predicates.py); a bad predicate matches nothing."""
+    if any(c in query for c in "<>=&"):
+        try:
+            parsed = predicates.parse_query(query)
+        except predicates.PredicateError:
+            return False
+        if not predicates.holds(inst, parsed):
+            return False
+        query = parsed.plain
     for word in query.lower().split():
         if word.startswith("tag:"):
             if not any(word[4:] in t.lower() for t in inst.tags):

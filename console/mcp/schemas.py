@@ -36,7 +36,8 @@ class InstanceRow(_Out):
     name: str
     address: str
     tags: list[str]
-    status: str = Field(description="failed | unreachable | benchmark_down | stale | gpu_idle | connecting | ok")
+    status: str = Field(
+        description="failed | needs_action | unreachable | benchmark_down | stale | gpu_idle | connecting | ok")
     detail: str
     link: str
     benchmark: str = Field(description="running | starting | not_running | unknown")

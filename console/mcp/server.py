@@ -24,6 +24,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 from console import __version__
+from console.core import predicates
 from console.core.actions import ActionError, ReadOnlyError
 from console.core.audit import AuditLog
 from console.core.controller import FleetController
@@ -138,14 +139,21 @@ class FleetTools:
         name: Annotated[str, Field(description="only instances whose name contains this")] = "",
         tag: Annotated[str, Field(description="only instances with this tag")] = "",
         status: Annotated[
-            Literal["", "failed", "unreachable", "benchmark_down", "stale", "gpu_idle", "connecting", "ok"],
+            Literal["", "failed", "needs_action", "unreachable", "benchmark_down", "stale", "gpu_idle", "connecting",
+                    "ok"],
             Field(description="only instances in this status"),
         ] = "",
     ) -> Annotated[CallToolResult, schemas.FleetStatus]:
+        filter: Annotated[str, Field(description="the console's filter: words of the name, host or a tag, tag:x, "
+                                     "status:x, and numeric predicates joined by &: util<5 & power>300, temp>85, "
+                                     "mem>90%, idle>10m")] = "",
         """Every instance, trouble first: status, benchmark state, last verdict, GPU summary, age of its data."""
         await self._settle(list(self.state.instances))
         self.state.tick()
-        data = tools.fleet_status(self.state, time.time(), name=name, tag=tag, status=status)
+        error = predicates.check(filter)
+        if error:
+            raise ToolError(error)
+        data = tools.fleet_status(self.state, time.time(), name=name, tag=tag, status=status, query=filter)
         return _result(data, tools.render_status(data))
 
     async def instance_detail(

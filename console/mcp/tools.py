@@ -11,6 +11,7 @@ import shlex
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from console.agent.wire.config import STARTUP_GRACE_SECONDS
+from console.agent.wire.wording import clip_words
 from console.core.state import FleetState, InstanceState, LogRing
 from console.mcp import safe
 
@@ -71,7 +72,7 @@ def status_row(inst: InstanceState, now: float) -> Dict[str, Any]:
         "address": safe.field(inst.instance.address, 200),
         "tags": [safe.field(t, 60) for t in inst.tags],
         "status": status,
-        "detail": safe.field(detail),
+        "detail": clip_words(safe.clean(detail), safe.FIELD_CHARS),
         "link": inst.link_status,
         "benchmark": benchmark_state(inst, now),
         "verdict": verdict_of(inst, now),
@@ -82,11 +83,12 @@ def status_row(inst: InstanceState, now: float) -> Dict[str, Any]:
 
 
 def fleet_status(
-    state: FleetState, now: float, name: str = "", tag: str = "", status: str = ""
+    state: FleetState, now: float, name: str = "", tag: str = "", status: str = "", query: str = ""
 ) -> Dict[str, Any]:
-    """Every instance (trouble first), filtered by name substring, tag and status (all optional)."""
+    """Every instance (trouble first), filtered by name substring, tag, status and the console's filter
+    (``query``: words and predicates, console/core/predicates.py), all optional."""
     rows = []
-    for inst in state.ordered():
+    for inst in state.ordered(query):
         if name and name.lower() not in inst.name.lower():
             continue
         if tag and not any(tag.lower() == t.lower() for t in inst.tags):

@@ -66,11 +66,20 @@ def code_and_summary(code: str, summary: str) -> str:
     return "%s: %s" % (code, rest) if code and rest else (code or rest)
 
 
+def clip_words(text: str, limit: int) -> str:
+    """At most ``limit`` characters, cut at a word's end (``…`` marks the cut), never inside a word."""
+    if len(text) <= limit:
+        return text
+    head = text[: max(0, limit - 1)]
+    space = head.rfind(" ")
+    return (head[:space] if space > limit // 2 else head).rstrip(" ,;:") + "…"
+
+
 def lost_reason(reason: object) -> str:
     """"connection lost" and why, without saying it twice (asyncssh's reason is often "Connection lost")."""
     why = str(reason).strip()
     return "connection lost" if not why or why.lower().rstrip(".") == "connection lost" else "connection lost: " + why
 
 
-__all__ = ["code_and_summary", "code_words", "duration", "lost_reason", "operator_text", "plural", "plural_of",
-           "verdict_line", "without_code"]
+__all__ = ["clip_words", "code_and_summary", "code_words", "duration", "lost_reason", "operator_text", "plural",
+           "plural_of", "verdict_line", "without_code"]
