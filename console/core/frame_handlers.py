@@ -45,6 +45,8 @@ def _on_hello(inst: InstanceState, raw: Frame, now: float) -> None:
     )
     if features.get("simulated_gpu"):
         inst.gpu_simulated = True
+    # A new session says again what GPUs it has: an old session's "no GPU" is not this one's (issue 35)
+    inst.gpu_state, inst.gpu_message = None, None
     hb = frame.get("heartbeat_interval")
     if isinstance(hb, (int, float)) and hb > 0:
         inst.heartbeat_interval = float(hb)

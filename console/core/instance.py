@@ -34,6 +34,7 @@ SETTLE_SECONDS = 60.0  # seconds after a first connect or a reload in which stat
 
 BAD_SEVERITIES = frozenset(("error", "critical"))
 BENCH_DOWN_CODES = frozenset(("benchmark_down", "benchmark_not_running", "not_running", "bench_down"))
+NO_GPU_CODES = frozenset(("no_gpu_driver", "no_gpu"))  # verdicts a later frame with working GPUs disproves
 
 
 class ProbeView(TypedDict):
@@ -235,6 +236,8 @@ class InstanceState:
             return False
         if self.restarted_at is not None and self.restarted_at >= at:
             return False
+        if self.gpus_seen_since(at) and (self.diagnosis.get("verdict") or {}).get("code") in NO_GPU_CODES:
+            return False  # "no NVIDIA driver" from before the GPUs came (issue 35: a stale text after a fix)
         if self.bench_started is None:
             return True
         # The benchmark's start against the moment the agent read the facts (both on the host's clock): a verdict
@@ -244,6 +247,11 @@ class InstanceState:
         if not isinstance(facts_at, (int, float)) or isinstance(facts_at, bool):
             facts_at = at + self.clock_offset
         return self.bench_started <= facts_at
+
+    def gpus_seen_since(self, at: float) -> bool:
+        """A gpu frame after ``at`` (console clock) showed working GPUs."""
+        return (self.gpu_state == "ok" and self.gpu_at is not None and self.gpu_at > at
+                and any(not (g.lost or g.missing) for g in self.gpus.values()))
 
     def restart_note(self, now: float) -> str:
         """``restarted 40s ago`` from a restart until the next verdict ("" otherwise)."""
