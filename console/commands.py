@@ -15,6 +15,7 @@ from typing import Any
 from console.agent.wire.wording import code_and_summary
 from console.core.actions import ActionError
 from console.core.controller import FleetController, describe_restart
+from console.core.restart_plan import plan_lines
 from console.fleet_file import fail, load_fleet_file
 from console.inventory import ConfigError, Fleet
 from console.monitor.monitoring import tui_controller
@@ -67,11 +68,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     for inst in fleet.instances:
         tags = f"  [{', '.join(inst.tags)}]" if inst.tags else ""
         print(f"  {inst.name:<24} {inst.transport:<5} {inst.address}{tags}")
-    return 0
     unwatched = [i.name for i in fleet.instances if not (i.benchmark.match or i.benchmark.entrypoint)]
     if unwatched:  # BENCH DOWN can never show for these (issue 35)
         print(f"  benchmark not watched on {len(unwatched)} of {len(fleet.instances)}: no [benchmark] match "
               f"({', '.join(unwatched[:8])}{', …' if len(unwatched) > 8 else ''})")
+    return 0
 
 
 async def _check_connect(fleet: Fleet, timeout: float) -> int:
@@ -162,13 +163,8 @@ def cmd_restart(args: argparse.Namespace) -> int:
         for name in args.names:
             audit.record(name, fleet.get(name).address, "restart", "refused", "read-only", origin="cli")
         return fail("restart refused: --read-only")
-    if not args.yes:
-        if not sys.stdin.isatty():
-            return fail("restart needs confirmation: pass --yes")
-        answer = input(f"Restart the benchmark on {', '.join(args.names)}? [y/N] ").strip().lower()
-        if answer not in ("y", "yes"):
-            print("nothing restarted")
-            return 1
+    if not args.yes and not sys.stdin.isatty():
+        return fail("restart needs confirmation: pass --yes")
 
     async def body(controller: FleetController) -> int:
         ready = []
@@ -178,11 +174,23 @@ def cmd_restart(args: argparse.Namespace) -> int:
                 ready.append(name)
             except ActionError as exc:
                 print(f"{name}: not restarted: {exc}", file=sys.stderr)
-        results = await controller.restart(ready, origin="cli") if ready else {}
+        plans = await controller.restart_plans(ready) if ready else {}
+        for name, outcome in plans.items():  # what it stops, before asking (and with --yes, for the record)
+            print("\n".join(plan_lines(name, outcome)), file=sys.stdout if outcome["ok"] else sys.stderr)
+        confirmed = {n: o["plan"] for n, o in plans.items() if o["ok"] and "plan" in o}
+        if confirmed and not args.yes:
+            try:
+                answer = await asyncio.to_thread(input, f"Restart the benchmark on {', '.join(confirmed)}? [y/N] ")
+            except EOFError:
+                answer = ""
+            if answer.strip().lower() not in ("y", "yes"):
+                print("nothing restarted")
+                return 1
+        results = await controller.restart(list(confirmed), origin="cli", plans=confirmed) if confirmed else {}
         for name, result in results.items():
             # a benchmark that died right after its start is a failure, shown with its log's last lines
             print("\n".join(describe_restart(name, result)), file=sys.stdout if result["ok"] else sys.stderr)
-        return 0 if len(ready) == len(args.names) and all(r["ok"] for r in results.values()) else 1
+        return 0 if len(confirmed) == len(args.names) and all(r["ok"] for r in results.values()) else 1
 
     return asyncio.run(_with_controller(fleet, args.names, False, body))
 

@@ -154,7 +154,7 @@ async def test_select_then_restart_asks_and_cancel_does_nothing(tmp_path: Path) 
         assert len(grid.selected) == 2
         assert "2 selected" in screen_text(app)
         await pilot.press("r")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="confirm dialog")
+        await wait_until(pilot, lambda: restart_dialog(app), what="confirm dialog")
         for name in grid.selected:
             assert name in screen_text(app)
         await pilot.press("n")
@@ -164,7 +164,7 @@ async def test_select_then_restart_asks_and_cancel_does_nothing(tmp_path: Path) 
         assert any("cancelled" in m for _, _, m in app.notices)
         chosen = sorted(grid.selected)
         await pilot.press("r")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="confirm dialog")
+        await wait_until(pilot, lambda: restart_dialog(app), what="confirm dialog")
         await pilot.press("y")
         await wait_until(
             pilot, lambda: sum("restarted" in m for _, _, m in app.notices) == 2, timeout=60, what="restart results"
@@ -186,7 +186,7 @@ async def test_restart_toasts_show_the_started_pid_and_a_benchmark_that_died_at_
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_until(pilot, lambda: all_live(app), what="live agents")
         await pilot.press("home", "space", "down", "space", "r")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="confirm dialog")
+        await wait_until(pilot, lambda: restart_dialog(app), what="confirm dialog")
         await pilot.press("y")
         results = ("alpha: restart", "beta: restart")  # "restarted" or "restart failed"; not a status change
         answered = lambda: sum(m.startswith(results) for _, _, m in app.notices) == 2  # noqa: E731
@@ -200,6 +200,11 @@ async def test_restart_toasts_show_the_started_pid_and_a_benchmark_that_died_at_
         assert "exit code 3" in beta[2] and "error: no params" in beta[2]
         assert records["beta"]["outcome"] == "failed"
     _kill_marked(marker)
+
+
+def restart_dialog(app: FleetApp) -> bool:
+    """The restart dialog, painted (it opens once the hosts said what a restart would stop)."""
+    return isinstance(app.screen, ConfirmScreen) and "Restart (y)" in screen_text(app)
 
 
 def _kill_marked(marker: str) -> None:
@@ -457,7 +462,7 @@ async def test_actions_target_the_visible_selection_and_keys_select_all_shown_or
         assert sorted(grid.visible_names) == ["alpha", "gamma"]
         assert app.targets() == sorted(["alpha", "gamma"]) or sorted(app.targets()) == ["alpha", "gamma"]
         await pilot.press("r")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="confirm dialog")
+        await wait_until(pilot, lambda: restart_dialog(app), what="confirm dialog")
         text = screen_text(app)
         assert "alpha" in text and "gamma" in text and "beta" not in text and "2 instances" in text
         await pilot.press("n")
@@ -483,7 +488,7 @@ async def test_a_restart_takes_the_instance_out_of_failed_and_the_pane_says_rest
         app.state.set_diagnosis("alpha", {"verdict": verdict, "findings": [], "steps": []})
         await wait_until(pilot, lambda: "FAILED" in screen_text(app), what="FAILED on the pane")
         await pilot.press("r")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="confirm dialog")
+        await wait_until(pilot, lambda: restart_dialog(app), what="confirm dialog")
         await pilot.press("y")
         await wait_until(pilot, lambda: app.state.get("alpha").status != "failed", timeout=30, what="out of FAILED")
         await wait_until(pilot, lambda: "restarted" in screen_text(app) and "FAILED" not in screen_text(app),

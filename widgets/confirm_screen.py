@@ -1,4 +1,4 @@
-"""A yes/no dialog listing what an action will touch (restart asks here first)."""
+"""A yes/no dialog listing what an action will touch (restart asks here first, with what it stops)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ class ConfirmScreen(ModalScreen[bool]):
     DEFAULT_CSS = """
     ConfirmScreen { align: center middle; }
     ConfirmScreen > Vertical {
-        width: 70; max-width: 100%; height: auto; max-height: 100%;
+        width: 100; max-width: 100%; height: auto; max-height: 100%;
         border: thick $warning; background: $surface; padding: 0 1;
     }
-    ConfirmScreen #confirm-items { height: auto; max-height: 12; }
+    ConfirmScreen #confirm-items { height: auto; max-height: 16; }
     ConfirmScreen Horizontal { height: auto; align-horizontal: right; }
     ConfirmScreen Button { margin: 0 1; min-width: 12; }
     """
@@ -28,18 +28,22 @@ class ConfirmScreen(ModalScreen[bool]):
         Binding("escape", "answer(False)", "Cancel"),
     ]
 
-    def __init__(self, title: str, items: List[str], note: str = "", confirm_label: str = "Yes") -> None:
+    def __init__(self, title: str, items: List[str], note: str = "", confirm_label: str = "Yes",
+                 bullets: bool = True) -> None:
+        """``items``: one line each, bulleted (``bullets=False``: as given, for lines that indent themselves)."""
         super().__init__()
         self.title_text = title
         self.items = items
         self.note = note
         self.confirm_label = confirm_label
+        self.bullets = bullets
 
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Label(self.title_text, id="confirm-title", markup=False)  # instance names are never markup
             with VerticalScroll(id="confirm-items"):
-                yield Static("\n".join("  • " + item for item in self.items), markup=False)
+                bullet = "  • " if self.bullets else ""
+                yield Static("\n".join(bullet + item for item in self.items), id="confirm-list", markup=False)
             if self.note:
                 yield Static(self.note, id="confirm-note", markup=False)
             with Horizontal():

@@ -27,6 +27,7 @@ from .wire.protocol import (
     DiagnosisResult,
     FrameWriter,
     ProbeResult,
+    RestartPlan,
     RestartResult,
     SignalResult,
     StopResult,
@@ -107,13 +108,19 @@ def diagnose_op(agent: AgentHost, args: Dict[str, Any]) -> DiagnosisResult:
 
 
 def restart_op(agent: AgentHost, args: Dict[str, Any]) -> RestartResult:
-    """Stop the benchmark and start it again (see ``restart.restart`` for the result)."""
-    return restart.restart(agent.config)
+    """``{plan: RestartPlan | null}``: stop the benchmark and start it again (see ``restart.restart``). With the
+    ``plan`` the operator confirmed, a process to stop that it did not list refuses it before anything stops."""
+    return restart.restart(agent.config, confirmed=args.get("plan"))
+
+
+def restart_plan_op(agent: AgentHost, args: Dict[str, Any]) -> RestartPlan:
+    """``{}``: what a restart would stop now (groups: pid, program, age, parent entrypoint), leave and start."""
+    return restart.plan(agent.config)
 
 
 def stop_benchmark_op(agent: AgentHost, args: Dict[str, Any]) -> StopResult:
-    """Stop the benchmark without starting it again."""
-    return restart.stop_only(agent.config)
+    """``{plan: RestartPlan | null}``: stop the benchmark without starting it again."""
+    return restart.stop_only(agent.config, confirmed=args.get("plan"))
 
 
 def probe_op(agent: AgentHost, args: Dict[str, Any]) -> ProbeResult:
@@ -161,7 +168,8 @@ def probes_op(agent: AgentHost, args: Dict[str, Any]) -> Dict[str, List[Dict[str
     return {"probes": probes.catalog()}
 
 
-# The console sends diagnose, restart and probe (console/core/controller.py) and stop (a link closing).
+# The console sends diagnose, restart_plan, restart and probe (console/core/controller.py, restart_plan.py) and
+# stop (a link closing).
 # The rest are kept on purpose, though no console code sends them today:
 # journal is sent after a link drop mid-action (console/core/controller.py); ping every heartbeat (the agent's
 # watchdog) by console/link/base.py.
@@ -172,6 +180,7 @@ def probes_op(agent: AgentHost, args: Dict[str, Any]) -> Dict[str, List[Dict[str
 OPS: Dict[str, Handler] = {
     "diagnose": diagnose_op,
     "restart": restart_op,
+    "restart_plan": restart_plan_op,
     "probe": probe_op,
     "stop": stop,
     "ping": ping,

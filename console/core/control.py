@@ -18,7 +18,9 @@ from console.core.state import FleetState
 from console.inventory.probes import ProbeEntry
 
 if TYPE_CHECKING:
+    from console.agent.wire.protocol import RestartPlan
     from console.core.controller import FleetController, RestartOutcome
+    from console.core.restart_plan import PlanOutcome
 
 # GPU index -> field (util, temp, power, mem) -> (minute start, min, avg, max), oldest first
 GpuSeries = dict[int, dict[str, list[tuple[float, int, int, int]]]]
@@ -99,7 +101,10 @@ class FleetControl(Protocol):
 
     async def diagnose(self, name: str) -> dict[str, Any]: ...
 
-    async def restart(self, names: list[str], origin: str | None = None) -> dict[str, RestartOutcome]: ...
+    async def restart_plans(self, names: list[str]) -> dict[str, PlanOutcome]: ...
+
+    async def restart(self, names: list[str], origin: str | None = None, *,
+                      plans: dict[str, RestartPlan] | None = None) -> dict[str, RestartOutcome]: ...
 
     def probe_specs(self, name: str | None = None) -> list[ProbeEntry]: ...
 
@@ -151,7 +156,11 @@ class OfflineControl:
     async def diagnose(self, name: str) -> dict[str, Any]:
         raise ActionError(f"{name}: no host to diagnose here")
 
-    async def restart(self, names: list[str], origin: str | None = None) -> dict[str, RestartOutcome]:
+    async def restart_plans(self, names: list[str]) -> dict[str, PlanOutcome]:
+        raise ReadOnlyError("restart")
+
+    async def restart(self, names: list[str], origin: str | None = None, *,
+                      plans: dict[str, RestartPlan] | None = None) -> dict[str, RestartOutcome]:
         raise ReadOnlyError("restart")
 
     def probe_specs(self, name: str | None = None) -> list[ProbeEntry]:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any, NotRequired, TypedDict
 
-from console.agent.wire.protocol import RestartResult
+from console.agent.wire.protocol import RestartPlan, RestartResult
 from console.core import fleet_watch
 from console.core.actions import ActionError, ReadOnlyError
 from console.core.audit import AuditLog
@@ -20,8 +20,10 @@ from console.core.autodiag import AutoDiagnosis
 from console.core.control import GpuSeries, HistoryReader, KeyOffer
 from console.core.journal_recovery import recover_action, recovery_time, restart_budget
 from console.core.on_demand import OnDemand
+from console.core.restart_plan import PlanOutcome, fetch_plans
 from console.core.state import FleetState
 from console.core.text_safety import clean as clean_text
+from console.core.text_safety import clean_deep
 from console.inventory import BenchmarkSpec, Fleet, Instance
 from console.inventory.probes import BUILTIN_PROBES, ProbeEntry
 from console.link import Link, LinkError, make_link
@@ -281,13 +283,13 @@ class FleetController:
             except LinkError as exc:
                 raise ActionError(str(exc)) from None
         if not answer.get("ok"):
-            raise ActionError(f"{name}: {op} failed: {answer.get('error')}")
+            raise ActionError(clean_text(f"{name}: {op} failed: {answer.get('error')}"))  # host text
         return answer.get("data")
 
     async def diagnose(self, name: str, timeout: float = 90.0) -> dict[str, Any]:
         """Run the agent's diagnosis; the result is also kept in the fleet state (one at a time per host)."""
         async with self._host_lock(name):
-            data = await self._request(name, "diagnose", {}, timeout)
+            data = clean_deep(await self._request(name, "diagnose", {}, timeout))  # host text: printed as is
         self.state.set_diagnosis(name, data)
         return data
 
@@ -307,15 +309,21 @@ class FleetController:
         return (inst is not None and not inst.agentless and name in self.links
                 and not self._host_lock(name).locked())
 
+    async def restart_plans(self, names: list[str]) -> dict[str, PlanOutcome]:
+        """What a restart would stop on each instance, asked before it is confirmed (console/core/restart_plan.py)."""
+        return await fetch_plans(self._request, names)
+
     async def restart(
-        self, names: list[str], origin: str | None = None, reason: str | None = None
+        self, names: list[str], origin: str | None = None, reason: str | None = None, *,
+        plans: dict[str, RestartPlan] | None = None,
     ) -> dict[str, RestartOutcome]:
         """Restart the benchmark on each instance (concurrently); every attempt is audited.
 
         The caller has confirmed; under ``--read-only`` nothing is sent and the refusal is audited. The intent
         is written (fsync) before anything is sent, and nothing is sent when it cannot be; when the link drops
         before the answer, the agent's journal says on reconnect what the action did. ``origin`` ("tui", "cli",
-        "mcp") and ``reason`` go into every record. Returns per instance a ``RestartOutcome``: a benchmark that
+        "mcp") and ``reason`` go into every record. ``plans``: the plan each instance's operator confirmed (the host
+        refuses to stop a process it does not list). Returns per instance a ``RestartOutcome``: a benchmark that
         died right after its start is a failure.
         """
         if self.read_only:
@@ -335,7 +343,8 @@ class FleetController:
             who = {**_who(origin, reason), "action_id": action_id}
             note = None
             try:
-                data = await self._send_action(name, "restart", action_id, budget)
+                args = {"plan": plans[name]} if plans and name in plans else {}
+                data = await self._send_action(name, "restart", action_id, budget, args)
             except LinkLost as exc:  # sent, then the link dropped (or the answer was late): ask the journal
                 try:
                     data = await recover_action(self, name, "restart", action_id, recovery_time(deadline))
@@ -357,18 +366,19 @@ class FleetController:
         results = await asyncio.gather(*(one(n) for n in names))
         return dict(zip(names, results, strict=True))
 
-    async def _send_action(self, name: str, op: str, action_id: str, timeout: float) -> Any:
+    async def _send_action(self, name: str, op: str, action_id: str, timeout: float,
+                           args: dict[str, Any] | None = None) -> Any:
         """Send a journaled action; LinkLost when it may have run without its answer reaching us."""
         with self._using(name):
             link = await self._connected_link(name)
             try:
-                answer = await link.request(op, {"action_id": action_id}, timeout=timeout)
+                answer = await link.request(op, {**(args or {}), "action_id": action_id}, timeout=timeout)
             except LinkLost:
                 raise
             except LinkError as exc:
                 raise ActionError(str(exc)) from None
         if not answer.get("ok"):
-            raise ActionError(f"{name}: {op} failed: {answer.get('error')}")
+            raise ActionError(clean_text(f"{name}: {op} failed: {answer.get('error')}"))  # host text
         return answer.get("data")
 
     def probe_specs(self, name: str | None = None) -> list[ProbeEntry]:
@@ -572,15 +582,15 @@ def describe_restart(name: str, outcome: RestartOutcome, tail: int | None = None
     if outcome["ok"]:
         stopped = len(data.get("stopped") or []) if data is not None else 0
         return [f"{name}: restarted: stopped {stopped} processes, started pid {started['pid'] if started else '?'}"]
-    lines = [f"{name}: restart failed: {outcome.get('error')}"]
+    lines = [f"{name}: restart failed: {clean_text(outcome.get('error'))}"]  # host text, like the log below
     if data is None or started is None:
         return lines
     log_tail = started.get("log_tail") or []
     if tail is not None:
         log_tail = log_tail[-tail:]
     if log_tail:
-        lines.append(f"  last lines of {data.get('log') or 'its output'}:")
-        lines.extend("    " + line for line in log_tail)
+        lines.append(f"  last lines of {clean_text(data.get('log')) or 'its output'}:")
+        lines.extend("    " + clean_text(line) for line in log_tail)
     elif not data.get("log"):
         lines.append("  (no benchmark log configured: its output was not kept)")
     return lines

@@ -28,6 +28,7 @@ from console.agent.wire.protocol import (
     LogFrame,
     ProbeResult,
     ProcsFrame,
+    RestartPlan,
     RestartResult,
     ResultFrame,
     StopResult,
@@ -65,6 +66,7 @@ _PREFIX = b'{"type":"'
 OP_RESULTS: dict[str, Any] = {
     "diagnose": DiagnosisResult,
     "restart": RestartResult,
+    "restart_plan": RestartPlan,
     "stop_benchmark": StopResult,
     "probe": ProbeResult,
 }

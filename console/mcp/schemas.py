@@ -189,3 +189,5 @@ class RestartOutcome(_Out):
     reason: str
     stopped: list[int] = []
     started_pid: Optional[int] = None
+    plan: list[str] = Field(default=[], description="what it stopped, one line per process group (pid, program, "
+                            "age, parent entrypoint), or 'no benchmark running: will only start', then what it started")

@@ -119,7 +119,10 @@ def check_record(rec: Any) -> dict[str, Any]:
     if kind in ("frame", "link", "diag", "probe", "tr", "gone"):
         _name(rec)
     if kind == "frame":
-        rec["f"] = decode(msgspec.json.encode(rec.get("f")))
+        try:
+            rec["f"] = decode(msgspec.json.encode(rec.get("f")))
+        except UnicodeEncodeError:  # a lone surrogate ("\\ud800"): the link would refuse those bytes too
+            raise BadFrame("frame: text that is not UTF-8 (a lone surrogate)") from None
     elif kind in ("link", "tr"):
         for key in ("s", "d", "o"):
             _text(rec, key)
@@ -440,7 +443,8 @@ class ReplaySource(OfflineControl):
     async def diagnose(self, name: str, timeout: float = 90.0) -> dict[str, Any]:
         raise ActionError("a replay shows what was recorded: no diagnosis now (the recorded ones are shown)")
 
-    async def restart(self, names: list[str], origin: str | None = None) -> dict[str, RestartOutcome]:
+    async def restart(self, names: list[str], origin: str | None = None, *,
+                      plans: dict[str, Any] | None = None) -> dict[str, RestartOutcome]:
         raise ReadOnlyError("restart")
 
     async def probe(self, name: str, probe_name: str) -> dict[str, Any]:

@@ -6,10 +6,11 @@ went in a toast; a verdict or a probe's output also shows on the instance's scre
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, List, Optional, cast
+from typing import TYPE_CHECKING, Dict, List, Optional, cast
 
-from console.agent.wire.protocol import ProbeResult
+from console.agent.wire.protocol import ProbeResult, RestartPlan
 from console.core.actions import ActionError, ReadOnlyError
+from console.core.restart_plan import plan_lines
 from widgets.confirm_screen import ConfirmScreen
 from widgets.instance_screen import InstanceScreen
 from widgets.probe_menu import ProbeMenu
@@ -17,7 +18,8 @@ from widgets.probe_menu import ProbeMenu
 if TYPE_CHECKING:
     from console.ui.app import FleetApp
 
-RESTART_NOTE = "Stops the configured processes (TERM, then KILL) and starts the benchmark again."
+RESTART_NOTE = ("Stops the process groups listed (TERM, then KILL; nothing else: a process that appears meanwhile "
+                "refuses it) and starts the benchmark again.")
 DIAGNOSIS_TAB, PROBES_TAB = 3, 4  # the instance screen's tabs (4 and 5 on the keyboard)
 
 
@@ -60,30 +62,51 @@ async def _diagnose(app: FleetApp, names: List[str]) -> None:
 
 # -- restart -------------------------------------------------------------------------------------------------
 def confirm_restart(app: FleetApp, names: List[str], asked_as: str = "") -> None:
-    """Restart ``names`` after a dialog listing each (``asked_as``: the command line, said in its title).
+    """Restart ``names`` after a dialog listing, per instance, the process groups it stops (pid, program, age,
+    parent entrypoint) or "no benchmark running: will only start", as each agent plans it now (``asked_as``: the
+    command line, said in its title). An instance whose plan cannot be had is not restarted.
 
     Read-only: no dialog, nothing is sent; the controller refuses and audits it, the toast says so."""
     if app.read_only:
         app.run_worker(restart(app, names, announce=False), group="restart")
         return
+    app.run_worker(_confirm_restart(app, names, asked_as), group="restart")
+
+
+async def _confirm_restart(app: FleetApp, names: List[str], asked_as: str) -> None:
+    try:
+        outcomes = await app.controller.restart_plans(names)
+    except Exception as exc:
+        app.notify("restart not offered: %s" % exc, severity="error", timeout=10, markup=False)
+        return
+    plans = {n: o["plan"] for n, o in outcomes.items() if o["ok"] and "plan" in o}
+    lines = [line for n in names for line in plan_lines(n, outcomes[n])]
+    if not plans:
+        app.notify("\n".join(lines), title="Not restarted", severity="error", timeout=12, markup=False)
+        return
+    ready = [n for n in names if n in plans]
 
     def answered(yes: Optional[bool]) -> None:
         if yes:
-            app.run_worker(restart(app, names), group="restart")
+            app.run_worker(restart(app, ready, plans=plans), group="restart")
         else:
             app.notify("restart cancelled, nothing done", timeout=3)
 
     title = "Restart the benchmark on %d instance%s%s?" % (
-        len(names), "" if len(names) == 1 else "s", " (%s)" % asked_as if asked_as else "")
-    app.push_screen(ConfirmScreen(title, names, note=RESTART_NOTE, confirm_label="Restart"), answered)
+        len(ready), "" if len(ready) == 1 else "s", " (%s)" % asked_as if asked_as else "")
+    skipped = [n for n in names if n not in plans]
+    note = RESTART_NOTE + (" Not restarted (no plan): %s." % ", ".join(skipped) if skipped else "")
+    app.push_screen(ConfirmScreen(title, lines, note=note, confirm_label="Restart", bullets=False), answered)
 
 
-async def restart(app: FleetApp, names: List[str], announce: bool = True) -> None:
-    """Restart ``names`` (confirmed); one toast per instance: its new pid, or its start's last log lines."""
+async def restart(app: FleetApp, names: List[str], announce: bool = True,
+                  plans: Optional[Dict[str, RestartPlan]] = None) -> None:
+    """Restart ``names`` (confirmed: ``plans`` is what the dialog showed; the hosts stop nothing else); one toast
+    per instance: its new pid, or its start's last log lines."""
     if announce:
         app.notify("restarting %s…" % ", ".join(names), timeout=3)
     try:
-        results = await app.controller.restart(names, origin="tui")
+        results = await app.controller.restart(names, origin="tui", plans=plans)
     except ReadOnlyError:
         app.notify(
             "Read-only mode: restart refused. Nothing was sent to %s." % ", ".join(names),

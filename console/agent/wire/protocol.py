@@ -258,6 +258,41 @@ class ProbeResult(TypedDict, total=False):
     error: str
 
 
+class PlanProc(TypedDict):
+    """One process a restart stops (``pid``, ``start`` rule out a reused pid), or leaves running."""
+
+    pid: int
+    program: str
+    start: float  # epoch seconds (the host's clock)
+    age: float  # seconds it has run, by the host's clock
+
+
+class PlanGroup(TypedDict):
+    """One process group a restart stops (TERM, then KILL): its targets, the top one first."""
+
+    pgid: int
+    alone: bool  # it shares the agent's group: its targets are signalled by pid, not the group
+    targets: List[PlanProc]
+    members: int  # live processes in the group (all of them are stopped)
+    parent: Optional[str]  # the top target's nearest entrypoint ancestor, "entrypoint.sh (pid 12)"
+    why: str  # "benchmark" | "its entrypoint" | "the last start's entrypoint"
+
+
+class SparedProc(PlanProc):
+    """A process that matches the entrypoint pattern only; a restart leaves it running (``why``)."""
+
+    why: str
+
+
+class RestartPlan(TypedDict):
+    """``restart_plan``: what a restart would stop now, what it leaves running, and what it starts."""
+
+    groups: List[PlanGroup]
+    spared: List[SparedProc]  # match the entrypoint pattern only: not the benchmark's, not stopped
+    start: List[str]  # the argv it starts
+    log: Optional[str]
+
+
 class _StartedBase(TypedDict):
     pid: int
     pgid: int
@@ -279,6 +314,7 @@ class _StopResultBase(TypedDict):
 
 class StopResult(_StopResultBase, total=False):
     matched: List[int]
+    plan: RestartPlan  # what it stopped (the confirmed plan, checked again on the host)
 
 
 class RestartResult(StopResult, total=False):
