@@ -38,7 +38,7 @@ Command = Annotated[list[NonEmpty], Meta(min_length=1, description="an argv list
 
 # Descriptions for fields whose type alone does not say enough; keyed by field name.
 DESCRIPTIONS = {
-    "tags": "a string or a list of strings",
+    "tags": "a list of strings, like [\"gpu\"]",
     "logs": "a string or a list of strings",
     "watch_dirs": "a string or a list of strings",
     "hosts": "a string or a list of strings",
