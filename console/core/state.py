@@ -28,8 +28,8 @@ from console.core.instance import (
     DEFAULT_HEARTBEAT,
     FLAP_WINDOW,
     MAX_ERRORS,
-    STALE_FACTOR,
     SETTLE_SECONDS,
+    STALE_FACTOR,
     InstanceState,
     ProbeView,
 )
@@ -66,8 +66,8 @@ __all__ = [  # the names other modules import from here (the ones defined elsewh
     "MAX_LOG_FILES",
     "MAX_PROBE_LINES",
     "RENOTIFY_AFTER",
-    "STABLE_FOR",
     "SETTLE_SECONDS",
+    "STABLE_FOR",
     "STALE_FACTOR",
     "FleetState",
     "GpuState",
@@ -102,9 +102,9 @@ class FleetState:
             self.order_version += 1
         else:
             inst.adopt(instance)  # a reload: everything the record says, patterns included, applies now
-        now = self.clock()
             inst.quiet_connect = True  # its new link's connect is the reload's, no reconnect (the flap counter)
             inst.settle_until = self.clock() + SETTLE_SECONDS
+        now = self.clock()
         self._touch(inst, now)
         self._rederive(inst, now)
         return inst
