@@ -174,3 +174,36 @@ async def test_the_table_at_80x24_fits(tmp_path: Path) -> None:
         assert len(lines) == 24 and all(len(line) <= 80 for line in lines)
         assert any("NAME" in line and "UTIL" in line for line in lines)
         assert sum(1 for line in lines if any(n in line for n in ("alpha", "beta", "gamma"))) == 3
+
+
+CURL_METER = " 37 4980M   37 1843M    0     0      0      0  0:01:40  0:06:14  0:00:55     0"
+
+
+def test_last_progress_reads_the_meter_and_says_the_stall_and_unreachable_rows_are_dim() -> None:
+    """LAST PROGRESS shows what the meter says done (not its raw columns), and once the diagnosis calls the
+    download stalled, the stall with its percentage; an unreachable row shows its last figures dimmed."""
+    now = time.time()
+    state = fed_state(now)
+    state.apply_frame("b-box", frames.log([CURL_METER], now, path="/tmp/dl.log", first_line=2), now)
+    pal = Palette.from_theme(THEMES["dark"])
+    cols = layout(120, 5, 8)
+    row = row_line(row_values(state.instances["b-box"], now), cols, pal, "ok").plain
+    assert "37 % (1843M of 4980M)" in row and "0:01:40" not in row, row
+    state.set_diagnosis("b-box", {"verdict": {"code": "download_stalled", "severity": "error",
+                                              "summary": "download stalled at 37.2 %: /tmp/dl.log has not moved",
+                                              "brief": "download stalled at 37.2 % for 6m"},
+                                  "findings": [], "steps": [], "time": now})
+    values = row_values(state.instances["b-box"], now)
+    assert values["progress_text"] == "download stalled at 37.2 % for 6m"
+    assert "download stalled at 37.2 % for 6m" in row_line(values, layout(200, 5, 8), pal, "ok").plain
+    assert "37.2% stalled 6m" in row_line(values, cols, pal, "ok").plain
+    assert row_line(values, layout(80, 5, 8), pal, "ok").plain.rstrip().endswith("37.2% stalled 6m")  # narrow
+
+    state.set_link_status("a-box", "unreachable", "connection lost")
+    inst = state.instances["a-box"]
+    assert inst.status == "unreachable"
+    line = row_line(row_values(inst, now), cols, pal, inst.status, dim=True)
+    styles = {text.strip(): style for text, style in line.parts if text.strip()}
+    assert styles["a-box"] == pal.dim, "the name keeps its live colour"
+    live = [text for text, style in line.parts[3:] if text.strip() and style != pal.dim]  # (the badge keeps its colour)
+    assert live == [], "figures in live colours on an unreachable row: %r" % live

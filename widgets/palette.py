@@ -25,8 +25,8 @@ class Palette:
             return value
 
         def style(name: str, default: str, **kw: Any) -> Style:
-            try:
-                return Style(color=color(name, default), **kw)
+            try:  # (a colour with alpha, as foreground-muted, is laid over the background: rich has no alpha)
+                return Style(color=_over(color(name, default), bg), **kw)
             except Exception:
                 return Style(**kw)
 
@@ -99,6 +99,13 @@ def contrast(a: str, b: str) -> float:
     """The WCAG contrast ratio of two colours (1: the same, 21: black on white)."""
     hi, lo = sorted((_luminance(a), _luminance(b)), reverse=True)
     return (hi + 0.05) / (lo + 0.05)
+
+
+def _over(value: str, bg: str) -> str:
+    """``value`` as rich can take it: ``#rrggbbaa`` blended over ``bg`` (muted text: ``#E4E4E499``)."""
+    if value.startswith("#") and len(value) == 9:
+        return Color.parse(_solid(bg)).blend(Color.parse(value[:7]), int(value[7:], 16) / 255).hex6
+    return value
 
 
 def _solid(value: str) -> str:

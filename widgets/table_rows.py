@@ -5,6 +5,7 @@ styled ``Line`` (``header_line``, ``row_line``). The widget is widgets/fleet_tab
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from console.agent.wire.timefmt import fmt_age as format_age
@@ -35,6 +36,51 @@ PROGRESS_MIN = 12
 GAP = 1
 
 Layout = List[Tuple[str, int, bool]]  # (key, width, right-aligned)
+
+
+# A meter's last repaint, read as what it says done (the agent's diagnosis parses them in full; this is the
+# table's one-line reading of the last line): tqdm "desc: 37%|███▋ | 1.84G/4.98G [..]", curl's meter
+# " 37 4.98G 37 1.84G 0 0 ...", wget "45%[===>  ] 463.25M", any other "NN %".
+TQDM = re.compile(r"^(.*?)[:\s]*(\d{1,3}(?:\.\d+)?)%\|[^|]*\|\s*([\d.]+\s?[kKMGTP]?i?B?)/([\d.]+\s?[kKMGTP]?i?B?)")
+CURL = re.compile(r"^\s*(\d{1,3})\s+(\d[\d.]*[kKMGT]?)\s+(\d{1,3})\s+(\d[\d.]*[kKMGT]?)\s+\d{1,3}\s+\S+"
+                  r"\s+\S+\s+\S+\s+[\d:-]+")
+WGET = re.compile(r"^(.*?)\s*(\d{1,3})%\[[=> ]*\]\s+([\d.,]+[KMGT]?)")
+BAR = re.compile(r"[#=>\u2580-\u259f\-|]{3,}")  # runs of bar glyphs (block elements, # = > -)
+PERCENT = re.compile(r"(\d{1,3}(?:\.\d+)?)\s?%")
+
+
+def meter_text(line: str) -> str:
+    """What a progress line says done, in words ("model.bin 37 % (1.84G/4.98G)"); the line, bars taken out, else."""
+    m = TQDM.search(line)
+    if m:
+        desc = m.group(1).strip()
+        return ("%s %s %% (%s/%s)" % (desc, m.group(2), m.group(3), m.group(4))).strip()
+    m = CURL.match(line)
+    if m:
+        return "%s %% (%s of %s)" % (m.group(3), m.group(4), m.group(2))
+    m = WGET.search(line)
+    if m:
+        return ("%s %s %% (%s)" % (m.group(1).strip(), m.group(2), m.group(3))).strip()
+    if not PERCENT.search(line):
+        return line.strip()
+    return PERCENT.sub(lambda p: p.group(1) + " %", " ".join(BAR.sub(" ", line).split()))
+
+
+def stalled(inst: InstanceState) -> str:
+    """The diagnosis's word on a stalled download ("download stalled at 37.2 % for 6m"), while it counts."""
+    code = inst.diagnosis["verdict"].get("code") if inst.diagnosis and inst.diagnosis.get("verdict") else None
+    return inst.verdict_summary() if code == "download_stalled" and inst.diagnosis_counts() else ""
+
+
+def short_stall(brief: str) -> str:
+    """``download stalled at 37.2 % (1.8G) for 6m`` -> ``37.2% stalled 6m`` (a narrow LAST PROGRESS column)."""
+    m = re.search(r"stalled at (.+?)(?: \(.*\))? for (\S+)$", brief)
+    return "%s stalled %s" % (m.group(1).replace(" %", "%"), m.group(2)) if m else brief
+
+
+def progress_text(inst: InstanceState) -> str:
+    """LAST PROGRESS: a download stall as the diagnosis measured it, else the last log line read as progress."""
+    return stalled(inst) or (meter_text(inst.last_log[2]) if inst.last_log is not None else "")
 
 
 def _live(inst: InstanceState) -> List[Any]:
@@ -105,8 +151,8 @@ def row_values(inst: InstanceState, now: float) -> Dict[str, Any]:
         "power": _power(inst, now),
         "uptime": _uptime(inst, now),
         "progress": progress_at,  # sorts on how recent it is
-        "progress_text": inst.last_log[2] if inst.last_log is not None else "",
-        "progress_age": None if progress_at is None else max(0.0, now - progress_at),
+        "progress_text": progress_text(inst),
+        "progress_age": None if progress_at is None or stalled(inst) else max(0.0, now - progress_at),
         "verdict": inst.verdict_summary() if inst.diagnosis else "",
         "verdict_current": inst.diagnosis_counts(),
         "verdict_age": inst.verdict_age(now),
@@ -176,7 +222,7 @@ def row_line(values: Dict[str, Any], cols: Layout, pal: Palette, status: str, *,
     for key, width, right in cols:
         style = figure
         if key == "name":
-            text, style = values["name"], pal.selected if selected else pal.name
+            text, style = values["name"], pal.selected if selected else figure or pal.name
         elif key == "status":
             text, style = " %s " % values["badge"], pal.badge.get(status, pal.name)
             line.append(text, style)
@@ -204,11 +250,13 @@ def row_line(values: Dict[str, Any], cols: Layout, pal: Palette, status: str, *,
             age = values["verdict_age"] if values["verdict"] else None
             suffix = " (%s)" % format_age(age) if age is not None else ""
             text = _cell(values["verdict"] or "—", max(0, width - len(suffix)), False).rstrip() + suffix
-            style = None if values["verdict_current"] else pal.dim
+            style = figure or (None if values["verdict_current"] else pal.dim)
         else:  # progress: the last log line and its age
             age = values["progress_age"]
             suffix = " (%s)" % format_age(age) if age is not None else ""
             body = values["progress_text"] or "—"
+            if values["progress_age"] is None and len(body) > width:  # a stall, narrow: its figures first
+                body = short_stall(body)
             room = max(0, width - len(suffix))
             text = _cell(body, room, False).rstrip() + suffix
         line.append(_cell(text, width, right) + " " * GAP, style)
