@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,8 @@ import pytest
 from console.inventory import Instance
 from console.ui.shell import ShellError, command_line, evidence_line, ssh_argv
 from tests.support.sshd import Sshd
+from tests.support.tmux import Tmux
+from tests.support.wait import until_sync
 
 
 def test_plain_instance_carries_user_port_key_known_hosts() -> None:
@@ -91,3 +95,67 @@ def test_an_unknown_host_key_is_refused(sshd: Sshd, tmp_path: Path) -> None:
     assert out.returncode == 255
     assert "verification failed" in out.stderr or "No " in out.stderr
     assert empty.read_text() == ""  # nothing was added
+
+
+def _tmux() -> Tmux:
+    return Tmux(100, 30)
+
+
+def test_a_failed_shell_keeps_its_reason_on_screen(sshd: Sshd, tmp_path: Path) -> None:
+    empty = tmp_path / "known_hosts_empty"
+    empty.write_text("")
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(f"""\
+[[instance]]
+name = "box1"
+host = "127.0.0.1"
+port = {sshd.port}
+user = "{sshd.user}"
+key = "{sshd.client_key_path}"
+known_hosts = "{empty}"
+""")
+    env = {"FLEET_CONSOLE_CONFIG_DIR": str(tmp_path / "cfg"), "FLEET_CONSOLE_STATE_DIR": str(tmp_path / "state")}
+    term = _tmux()
+    try:
+        term.start([sys.executable, "-m", "console", "--fleet", str(fleet), "--theme", "dark"], env=env)
+        term.wait_for(lambda s: "box1" in s and "Quit" in s, timeout=40, what="the grid")
+        term.keys("s")  # ssh refuses the unknown host key, prints why, exits 255; the console repaints
+        term.wait_for(lambda s: "box1: ssh failed: Host key verification failed." in s, timeout=30,
+                      what="the reason ssh gave, on the console")
+        records = [json.loads(x) for x in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()]
+        ended = [r for r in records if r["action"] == "shell" and r["outcome"] == "ended"]
+        assert ended and ended[-1]["result"]["reason"].startswith("Host key verification failed")
+        term.keys("q")
+        term.wait_dead(15)
+    finally:
+        term.close()
+
+
+def test_the_demo_gives_a_shell_and_keeps_its_state_to_itself(tmp_path: Path) -> None:
+    state, scratch = tmp_path / "state", tmp_path / "scratch"
+    scratch.mkdir()
+    env = {"FLEET_CONSOLE_CONFIG_DIR": str(tmp_path / "cfg"), "FLEET_CONSOLE_STATE_DIR": str(state),
+           "TMPDIR": str(scratch), "PS1": "$ "}
+    term = _tmux()
+    try:
+        term.start([sys.executable, "-m", "console", "demo", "--instances", "1", "--theme", "dark"], env=env)
+        term.wait_for(lambda s: "healthy-01" in s and "Quit" in s, timeout=60, what="the demo's grid")
+        demo_dirs = list(scratch.glob("fleet-demo-*"))
+        assert len(demo_dirs) == 1
+        until_sync(lambda: (demo_dirs[0] / "state" / "history.sqlite3").exists(), 20, "the demo's own history")
+        term.keys("s")  # the demo's server grants the PTY: a real interactive shell on the demo instance
+        term.wait_for(lambda s: "healthy-01" not in s, timeout=20, what="the console suspended")
+        term.keys("tty; echo demo-shell-$((6*7))", "Enter")
+        screen = term.wait_for(lambda s: "demo-shell-42" in s.replace("$((6*7))", ""), timeout=20,
+                               what="the command's output")
+        assert "/dev/pts/" in screen
+        term.keys("exit", "Enter")
+        term.wait_for(lambda s: "healthy-01" in s and "shell closed (exit 0)" in s, timeout=20,
+                      what="back on the grid")
+        term.keys("q")
+        term.wait_dead(30, "q to quit the demo")
+    finally:
+        term.close()
+    assert not (state / "history.sqlite3").exists() and not (state / "audit.jsonl").exists(), \
+        "the demo wrote into the real history or audit"
+    assert not list(scratch.glob("fleet-demo-*")), "the demo's directory (its state) outlived it"

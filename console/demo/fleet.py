@@ -40,6 +40,11 @@ class DemoFleet:
     hosts: dict[str, DemoHost] = field(default_factory=dict)
     _stopped: bool = False
 
+    @property
+    def state_dir(self) -> Path:
+        """The demo's own history, audit log and any state: inside its directory, removed by ``stop()``."""
+        return self.dir / "state"
+
     def root(self, name: str) -> Path:
         return self.hosts[name].root
 

@@ -10,10 +10,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from console.demo.fleet import start_demo
+from console.demo.fleet import DemoFleet, start_demo
 from console.fleet_file import fail
 from console.monitor.monitoring import MonitoredController, Monitoring
 from console.ui.app import FleetApp
+
+
+def demo_controller(demo: DemoFleet, record: Path | None = None, read_only: bool = False) -> MonitoredController:
+    """The console's controller on the demo fleet, as the TUI's on a fleet file (the history: the event timeline,
+    e; with ``record`` every frame to a file ``fleet-console replay`` opens), but its history and audit log in the
+    demo's own state dir: the real fleet's timeline, ``history`` and audit never see the demo, and quitting
+    removes them with the demo."""
+    state = demo.state_dir
+    state.mkdir(parents=True, exist_ok=True)
+    monitoring = Monitoring(demo.fleet, history=state / "history.sqlite3", record=record)
+    monitoring.audit.path = state / "audit.jsonl"  # (its pending intents beside it)
+    return MonitoredController(demo.fleet, monitoring, read_only=read_only, demo=True)
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -40,12 +52,9 @@ def run_demo(args: argparse.Namespace) -> int:
         demo = await start_demo(instances)
         controller: Any = None
         try:
-            # as the TUI on a fleet file: the history (the event timeline, e) in the state dir, and with
-            # --record every frame to a file that `fleet-console replay` opens (the demo records itself)
             record = getattr(args, "record", None)
-            monitoring = Monitoring(demo.fleet, history=True, record=Path(record).expanduser() if record else None)
-            controller = MonitoredController(demo.fleet, monitoring,
-                                             read_only=bool(getattr(args, "read_only", False)), demo=True)
+            controller = demo_controller(demo, Path(record).expanduser() if record else None,
+                                         read_only=bool(getattr(args, "read_only", False)))
             kwargs: dict[str, Any] = {"theme": getattr(args, "theme", None)}
             if getattr(args, "bell", False):
                 kwargs["bell"] = True

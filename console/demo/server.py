@@ -1,10 +1,11 @@
 """The demo's SSH server: asyncssh on 127.0.0.1, one port per demo instance, real processes behind it.
 
-Every exec request runs ``/bin/sh -c COMMAND`` for real, as a child of that instance's init (see
-``scripts/init``), in the instance's directory with ``HOME`` there, so the agent the console uploads
-lands in the instance's own ``.cache`` and sees only that instance's processes.  stdin/stdout/stderr
+Every exec request (a shell request: an interactive bash, else sh) runs ``/bin/sh -c COMMAND`` for real, as a
+child of that instance's init (see ``scripts/init``), in the instance's directory with ``HOME`` there, so the
+agent the console uploads lands in the instance's own ``.cache`` and sees only that instance's processes.  stdin/stdout/stderr
 are piped through the channel, the exit status is returned, and when the channel closes first the
-command's process group is killed, as sshd does with a session.
+command's process group is killed, as sshd does with a session. A session that asks for a PTY (``s``, the
+operator's shell) gets one of its size, followed on resize, as its controlling terminal.
 
 A flapping host drops every connection from the server side and refuses new ones (its listener is
 closed: "Connection refused") for a few seconds, then listens again on the same port.  While it is down
@@ -16,13 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import itertools
 import json
 import os
 import random
 import signal
 import socket
+import struct
 import subprocess
+import termios
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +34,17 @@ from typing import Any
 import asyncssh
 
 KILL_GRACE = 3.0  # seconds between SIGHUP/SIGTERM and SIGKILL for a closed session's processes
+SHELL = 'if command -v bash >/dev/null 2>&1; then exec bash -i; else exec sh -i; fi'  # a session without a command
+# a started session command: its pid (= pgid), its exit, the task feeding its stdin, those pumping its output
+Started = tuple[int, "asyncio.Future[int]", "asyncio.Task[None]", "list[asyncio.Task[None]]"]
+
+
+def _set_size(fd: int, size: tuple[int, int, int, int]) -> None:
+    """The PTY's window size from the client's (columns, rows, pixel width, pixel height)."""
+    cols, rows, xpix, ypix = size
+    if cols and rows:
+        with contextlib.suppress(OSError):
+            fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, xpix, ypix))
 
 
 class InitClient:
@@ -114,8 +129,9 @@ class InitClient:
             futs.clear()
 
     async def spawn(self, command: str, fds: tuple[int, int, int], cwd: str | None = None,
-                    env: dict[str, str] | None = None) -> tuple[int, asyncio.Future[int]]:
-        """Run ``/bin/sh -c command`` under init with the given stdin/stdout/stderr; (pid, exit future)."""
+                    env: dict[str, str] | None = None, tty: bool = False) -> tuple[int, asyncio.Future[int]]:
+        """Run ``/bin/sh -c command`` under init with the given stdin/stdout/stderr (``tty``: they are a PTY's
+        slave, made its controlling terminal); (pid, exit future)."""
         if self.sock is None:
             raise ConnectionError("the instance's init is gone")
         loop = asyncio.get_running_loop()
@@ -123,7 +139,7 @@ class InitClient:
         started: asyncio.Future[int] = loop.create_future()
         exited: asyncio.Future[int] = loop.create_future()
         self._started[req_id], self._exited[req_id] = started, exited
-        msg = json.dumps({"id": req_id, "cmd": command, "cwd": cwd, "env": env or {}}).encode()
+        msg = json.dumps({"id": req_id, "cmd": command, "cwd": cwd, "env": env or {}, "tty": tty}).encode()
         try:
             socket.send_fds(self.sock, [msg], list(fds))
         except OSError:
@@ -238,7 +254,7 @@ class DemoSshServer:
             server_factory=lambda: _Server(host),
             process_factory=lambda process: self._session(host, process),
             encoding=None,
-            allow_pty=False,
+            allow_pty=True,  # `s` (the operator's shell) asks for one
             agent_forwarding=False,
             x11_forwarding=False,
             allow_scp=False,
@@ -297,31 +313,18 @@ class DemoSshServer:
                 self._tasks.discard(task)
 
     async def _run_session(self, host: DemoHost, process: asyncssh.SSHServerProcess[bytes]) -> None:
-        command = process.command
-        if command is None:
-            process.stderr.write(b"fleet-console demo: interactive shells are not offered; run a command\n")
-            process.exit(1)
-            return
-        in_r, in_w = os.pipe()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
+        term = process.get_terminal_type()
+        command = process.command or SHELL  # no command: a login shell, as sshd gives
         try:
-            pid, exited = await host.init.spawn(command, (in_r, out_w, err_w), cwd=str(host.root))
+            if term:
+                pid, exited, feed, pumps = await self._start_pty(host, process, command, term)
+            else:
+                pid, exited, feed, pumps = await self._start_pipes(host, process, command)
         except (OSError, ConnectionError, TimeoutError) as exc:
-            for fd in (in_w, out_r, err_r):
-                os.close(fd)
             process.stderr.write(f"fleet-console demo: cannot run the command: {exc}\n".encode())
             process.exit(127)
             return
-        finally:
-            for fd in (in_r, out_w, err_w):
-                os.close(fd)
         host.sessions.add(pid)
-        feed = asyncio.create_task(self._feed(process.stdin, in_w))
-        pumps = [
-            asyncio.create_task(self._pump(out_r, process.stdout)),
-            asyncio.create_task(self._pump(err_r, process.stderr)),
-        ]
         closed = asyncio.create_task(process.wait_closed())
         ends: list[asyncio.Future[Any]] = [exited, closed]
         try:
@@ -352,14 +355,59 @@ class DemoSshServer:
                 t.cancel()
             await asyncio.gather(feed, *pumps, closed, return_exceptions=True)
 
+    async def _start_pipes(self, host: DemoHost, process: asyncssh.SSHServerProcess[bytes], command: str) -> Started:
+        """The command with its stdin, stdout and stderr on pipes to the channel's."""
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            pid, exited = await host.init.spawn(command, (in_r, out_w, err_w), cwd=str(host.root))
+        except BaseException:
+            for fd in (in_w, out_r, err_r):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (in_r, out_w, err_w):
+                os.close(fd)
+        feed = asyncio.create_task(self._feed(process.stdin, in_w))
+        pumps = [asyncio.create_task(self._pump(out_r, process.stdout)),
+                 asyncio.create_task(self._pump(err_r, process.stderr))]
+        return pid, exited, feed, pumps
+
+    async def _start_pty(self, host: DemoHost, process: asyncssh.SSHServerProcess[bytes], command: str,
+                         term: str) -> Started:
+        """The command on a PTY of the client's size (its controlling terminal), the channel on the master side."""
+        master, slave = os.openpty()
+        _set_size(master, process.get_terminal_size())
+        slaves = (slave, os.dup(slave), os.dup(slave))
+        try:
+            pid, exited = await host.init.spawn(command, slaves, cwd=str(host.root), env={"TERM": term}, tty=True)
+        except BaseException:
+            os.close(master)
+            raise
+        finally:
+            for fd in slaves:  # init holds its own copies now: the master sees EOF when the command's are gone
+                os.close(fd)
+        out = os.dup(master)
+        feed = asyncio.create_task(self._feed(process.stdin, master, resize=master))
+        return pid, exited, feed, [asyncio.create_task(self._pump(out, process.stdout))]
+
     @staticmethod
-    async def _feed(reader: asyncssh.SSHReader[bytes], fd: int) -> None:
+    async def _feed(reader: asyncssh.SSHReader[bytes], fd: int, resize: int | None = None) -> None:
         """The channel's stdin into the command's stdin pipe; EOF closes the pipe."""
         loop = asyncio.get_running_loop()
         transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, os.fdopen(fd, "wb", 0))
         writer = asyncio.StreamWriter(transport, protocol, None, loop)
         try:
-            while data := await reader.read(65536):
+            while True:
+                try:
+                    data = await reader.read(65536)
+                except asyncssh.TerminalSizeChanged as change:  # the client's window was resized
+                    if resize is not None:
+                        _set_size(resize, (change.width, change.height, change.pixwidth, change.pixheight))
+                    continue
+                if not data:
+                    break
                 writer.write(data)
                 await writer.drain()
         except (asyncssh.Error, OSError):

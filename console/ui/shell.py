@@ -4,6 +4,8 @@ Why a separate module: the argv is built by a pure function (``ssh_argv``), test
 always an argv list handed to ``exec`` (never a shell string): a host name from a vast.ai import or a key path
 with spaces cannot become shell text or an ssh option. ``run_suspended`` runs it with the app suspended
 (Textual's ``App.suspend``) while the event loop keeps the links alive, and returns to the console as it was.
+A shell that fails says why on the console (ssh's last stderr line, which the repaint would erase) and in the
+audit log.
 
 What is carried from the instance record, as the console's own link uses it (``console/link/auth.py``):
 user and port (left to ``~/.ssh/config`` for an ``ssh_config`` alias unless the fleet file sets them), the
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import signal
 from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Sequence
@@ -23,12 +26,16 @@ from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Sequence
 from textual.app import App
 from textual.widgets import TabbedContent
 
+from console.core.text_safety import clean
 from widgets.instance_screen import InstanceScreen
 
 if TYPE_CHECKING:
     from console.ui.app import FleetApp
 
 SSH = "ssh"
+TAIL_BYTES = 4096  # of ssh's stderr, kept to say why it failed
+FAILED_TOAST_SECONDS = 30.0  # a failed shell's toast stays this long (the timeline, e, keeps it for good)
+_CLOSED = re.compile(r"^(Shared connection|Connection) to \S+ closed\.?$")  # ssh's own goodbye, not a reason
 
 
 class ShellError(ValueError):
@@ -130,20 +137,49 @@ def _console_keeps_running() -> Iterator[None]:
                 signal.signal(sig, handler)
 
 
-async def run_suspended(app: App[Any], argv: Sequence[str]) -> Optional[int]:
+async def run_suspended(app: App[Any], argv: Sequence[str], errors: Optional[List[str]] = None) -> Optional[int]:
     """Run ``argv`` on the terminal with ``app`` suspended; its exit status (None: it could not start).
 
     The event loop keeps running meanwhile (links, state, timers); nothing is drawn until the app resumes
-    (``batch_update``), which repaints the screen as it was.
+    (``batch_update``), which repaints the screen as it was. With ``errors``, what the program writes to stderr
+    still reaches the terminal, and its last lines are added to ``errors`` (the repaint would erase them).
     """
     import asyncio
 
     with app.batch_update(), app.suspend(), _console_keeps_running():
         try:
-            proc = await asyncio.create_subprocess_exec(*argv)
-        except OSError:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stderr=asyncio.subprocess.PIPE if errors is not None else None)
+        except OSError as exc:
+            if errors is not None:
+                errors.append(exc.strerror or str(exc))
             return None
-        return await proc.wait()
+        tee = asyncio.ensure_future(_tee(proc.stderr, errors)) if errors is not None and proc.stderr else None
+        rc = await proc.wait()
+        if tee is not None:
+            with contextlib.suppress(asyncio.TimeoutError):  # (a child that keeps stderr open: not waited for)
+                await asyncio.wait_for(tee, 2.0)
+        return rc
+
+
+async def _tee(stream: Any, errors: Optional[List[str]]) -> None:
+    """Copy ``stream`` to the terminal's stderr as it comes; its last lines (at most 4 KB) into ``errors``."""
+    tail = b""
+    while True:
+        chunk = await stream.read(4096)
+        if not chunk:
+            break
+        with contextlib.suppress(OSError):
+            os.write(2, chunk)
+        tail = (tail + chunk)[-TAIL_BYTES:]
+    lines = [clean(line.strip()) for line in tail.decode("utf-8", "replace").splitlines()]
+    if errors is not None:
+        errors.extend(line for line in lines if line and not _CLOSED.match(line))
+
+
+def failure_reason(errors: Sequence[str]) -> str:
+    """The line that says why a shell failed: ssh's last words (``Host key verification failed.``)."""
+    return errors[-1] if errors else ""
 
 
 def shell_target(app: FleetApp) -> Optional[str]:
@@ -177,15 +213,23 @@ async def open_shell(app: FleetApp, name: Optional[str]) -> Optional[int]:
                 app.notify("%s: shell refused: cannot write the audit log: %s" % (name, exc), severity="error")
                 return None
             app.notify("audit log not written: %s" % exc, severity="warning")
-    rc = await run_suspended(app, argv)
+    errors: List[str] = []
+    rc = await run_suspended(app, argv, errors if argv[0] == SSH else None)
+    reason = failure_reason(errors)
     if audit is not None:
         with contextlib.suppress(OSError):
-            audit.record(name, host, "shell", "ended" if rc is not None else "failed", {"returncode": rc},
+            result: dict[str, Any] = {"returncode": rc, **({"reason": reason} if reason else {})}
+            audit.record(name, host, "shell", "ended" if rc is not None else "failed", result,
                          origin="tui", note=note)
     if rc is None:
-        app.notify("%s: could not run %s" % (name, argv[0]), severity="error", timeout=8)
-    elif rc == 255 and argv[0] == SSH:
-        app.notify("%s: ssh failed (exit 255): %s" % (name, command_line(argv)), severity="error", timeout=10)
+        app.notify("%s: could not run %s%s" % (name, argv[0], ": " + reason if reason else ""), severity="error",
+                   timeout=FAILED_TOAST_SECONDS, markup=False)
+    elif rc == 255 and argv[0] == SSH:  # the reason first: a one-line toast keeps it; the timeline (e) has it all
+        app.notify("%s: ssh failed: %s\n(exit 255) %s" % (name, reason or "no reason given", command_line(argv)),
+                   severity="error", timeout=FAILED_TOAST_SECONDS, markup=False)
+    elif rc != 0 and reason:
+        app.notify("%s: shell ended (exit %d): %s" % (name, rc, reason), severity="warning",
+                   timeout=FAILED_TOAST_SECONDS, markup=False)
     else:
         app.notify("%s: shell closed (exit %d)" % (name, rc), timeout=3)
     return rc
@@ -232,5 +276,5 @@ def copy_text(app: FleetApp) -> tuple[str, str]:
         return "", str(exc)
 
 
-__all__ = ["SSH", "ShellError", "command_line", "copy_text", "evidence_line", "open_shell", "run_suspended",
-           "shell_target", "ssh_argv"]
+__all__ = ["SSH", "ShellError", "command_line", "copy_text", "evidence_line", "failure_reason", "open_shell",
+           "run_suspended", "shell_target", "ssh_argv"]
