@@ -10,7 +10,7 @@ import pytest
 from console.core.command_mode import Command, CommandError, Vocabulary, complete, completions, parse, targets
 from console.core.state import FleetState
 from console.inventory import Instance
-from tests.support.app import all_live, make_app, wait_until
+from tests.support.app import all_live, make_app, screen_text, wait_until
 from widgets.command_bar import CommandBar
 from widgets.confirm_screen import ConfirmScreen
 from widgets.fleet_table import FleetTable
@@ -126,3 +126,46 @@ async def test_diagnose_filter_runs_on_every_target(tmp_path: Path) -> None:
         await wait_until(pilot, lambda: all(app.state.instances[n].diagnosis for n in ("alpha", "gamma")),
                          timeout=60, what="alpha and gamma diagnosed")
         assert app.state.instances["beta"].diagnosis is None
+
+
+def bar_row(app, bar: CommandBar) -> str:
+    return screen_text(app).splitlines()[bar.region.y]
+
+
+async def test_completions_and_errors_show_on_the_bar_row_and_tab_cycles(tmp_path: Path) -> None:
+    """k9s-style: what Tab may complete to is listed after the text on the bar's own row, Tab again goes through
+    the choices (shift+Tab back), and an error is said on that row too; none of it is a toast."""
+    app = make_app(tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="three live agents")
+        bar = app.query_one(CommandBar)
+        before = len(app.notices)
+        await pilot.press("colon", "o", "p", "tab")
+        assert bar.value == "open "
+        await pilot.pause(0.1)
+        row = bar_row(app, bar)
+        assert all(name in row for name in ("alpha", "beta", "gamma")), row
+        await pilot.press("tab")
+        assert bar.value == "open alpha"
+        await pilot.press("tab")
+        assert bar.value == "open beta"
+        await pilot.press("tab", "tab")
+        assert bar.value == "open alpha"  # round again
+        await pilot.press("shift+tab")
+        assert bar.value == "open gamma"
+        await pilot.pause(0.1)
+        assert "alpha" in bar_row(app, bar) and "beta" in bar_row(app, bar)  # the list stays while cycling
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, InstanceScreen), what="gamma's screen")
+        assert app.screen.instance_name == "gamma"
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, InstanceScreen), what="back on the grid")
+
+        await pilot.press("colon", *"reboot all", "enter")
+        await pilot.pause(0.1)
+        assert bar.display and bar.has_focus
+        assert "unknown command 'reboot'" in bar_row(app, bar)
+        await pilot.press("backspace")
+        await pilot.pause(0.1)
+        assert "unknown command" not in bar_row(app, bar)  # the line changed: the error goes
+        assert len(app.notices) == before, "completions or errors came as toasts: %r" % list(app.notices)[before:]

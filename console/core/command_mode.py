@@ -169,6 +169,13 @@ def complete(line: str, vocab: Vocabulary) -> Tuple[str, List[str]]:
     return (prefix if len(prefix) > len(line) else line), found
 
 
+def usage_hint(line: str) -> str:
+    """What the verb on ``line`` takes (``usage: restart FILTER``), "" before a known verb is typed."""
+    words = line.lstrip(":").split()
+    verb = ALIASES.get(words[0].lower(), words[0].lower()) if words else ""
+    return "usage: " + USAGE[verb] if verb in USAGE else ""
+
+
 def vocabulary(state: FleetState, probes: Iterable[str] = (), sort_keys: Iterable[str] = (),
                themes: Iterable[str] = ()) -> Vocabulary:
     insts = list(state.instances.values())
@@ -182,4 +189,4 @@ def vocabulary(state: FleetState, probes: Iterable[str] = (), sort_keys: Iterabl
 
 
 __all__ = ["DESTRUCTIVE", "USAGE", "VERBS", "Command", "CommandError", "Vocabulary", "complete", "completions",
-           "parse", "targets", "vocabulary"]
+           "parse", "targets", "usage_hint", "vocabulary"]
