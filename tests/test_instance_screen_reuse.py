@@ -200,3 +200,24 @@ async def test_an_activation_of_a_log_tab_that_is_gone_is_dropped_not_fatal() ->
         await pilot.pause()
         assert tabs.active == "log-3"
     # (a crash in a message handler ends the test app: run_test raises it on the way out)
+
+
+async def test_the_first_colon_open_of_a_session_shows_the_log_on_the_logs_tab(tmp_path: Path) -> None:
+    """Issue 35 item 7: ``:open`` an instance other than the one the screen was built for, then ``2``, ``3``:
+    a log tab is active and its lines show (emptying the last instance's tabs deactivated the new one)."""
+    app = make_app(tmp_path, gpus=2)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="three live agents")
+        screens = app.instance_screens
+        await wait_until(pilot, lambda: screens.screen is not None and screens.screen.is_mounted
+                         and screens.screen._log_ids, what="the screen built in the background, with a log tab")
+        built_for = screens.screen.instance_name
+        target = next(n for n in reversed(list(app.state.instances)) if n != built_for)
+        await pilot.press("colon", *("open %s" % target), "enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, InstanceScreen) and app.screen.is_mounted
+                         and app.screen.instance_name == target, what="the opened instance's screen")
+        await pilot.press("2")
+        await pilot.press("3")
+        await wait_until(pilot, lambda: "%s step 40" % target in screen_text(app), timeout=10,
+                         what="the log's lines on the Logs tab")
+        assert app.screen.active_log() is not None, "a log tab is active"

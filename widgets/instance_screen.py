@@ -85,6 +85,13 @@ class LogTabs(TabbedContent):
             event.prevent_default()
             event.stop()
 
+    def _on_tabs_cleared(self, event: Tabs.Cleared) -> None:
+        # clear_panes posts Cleared at once and removes the old tabs later: a pane added and activated
+        # meanwhile (the next instance's log) must not be deactivated by that late message (issue 35 item 7)
+        if self._is_associated_tabs(event.tabs) and event.tabs.active:
+            event.prevent_default()
+            event.stop()
+
 
 class InstanceScreen(Screen):
     """One instance in detail. The app calls ``update_from_state()`` when the instance changed."""
@@ -119,7 +126,7 @@ class InstanceScreen(Screen):
         Binding("r", "app.restart_current", "Restart"),
         Binding("r", "app.refuse_restart", "Restart", show=False),  # read-only mode (the app hides the other)
         Binding("p", "app.probe_current", "Probes"),
-        Binding("A", "app.accept_host_key", "Accept host key", show=False),  # an unknown key: confirmed, audited
+        Binding("A", "app.accept_host_key", "Accept key"),  # shown where an unknown key waits: confirmed, audited
         Binding("question_mark", "app.help", "Help"),
     ]
 
