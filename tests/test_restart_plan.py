@@ -238,3 +238,20 @@ async def test_the_restart_dialog_lists_what_it_stops_or_that_it_will_only_start
             await pilot.press("n")
     finally:
         subprocess.run(["pkill", "-KILL", "-f", marker], check=False)
+
+
+@pytest.mark.sshd
+async def test_the_mcp_restart_tool_says_what_it_stopped(box: Box, sshd: Sshd) -> None:
+    from tests.test_mcp import call, mcp_session
+
+    fleet = _fleet(box, sshd)
+    notebook = box.run("notebook")  # matches the generic entrypoint pattern only
+    async with mcp_session(box.tmp, fleet, "--allow-restart") as session:
+        done, text = await call(session, "restart", name="box1", reason="the benchmark died; start it again")
+        assert done["plan"][-1].startswith(f"{NOTHING_RUNNING}: bash ")
+        assert f"leave running {box.token}-notebook.sh (pid {notebook}, up " in done["plan"][0]
+        entry = until_sync(lambda: box.pids("entry"), 10, "the started entrypoint")[0]
+        done, text = await call(session, "restart", name="box1", reason="restart the running one")
+        assert done["plan"][0].startswith(f"stop {box.token}-entry.sh (pid {entry}, up ")
+        assert done["plan"][0] in text
+    assert alive(notebook)

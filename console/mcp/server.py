@@ -28,6 +28,7 @@ from console.core import predicates
 from console.core.actions import ActionError, ReadOnlyError
 from console.core.audit import AuditLog
 from console.core.controller import FleetController
+from console.core.restart_plan import describe_plan
 from console.core.state import InstanceState
 from console.core.status import BAD_LINK, LINK_LABELS
 from console.link import Link, LinkError
@@ -143,10 +144,10 @@ class FleetTools:
                     "ok"],
             Field(description="only instances in this status"),
         ] = "",
-    ) -> Annotated[CallToolResult, schemas.FleetStatus]:
         filter: Annotated[str, Field(description="the console's filter: words of the name, host or a tag, tag:x, "
                                      "status:x, and numeric predicates joined by &: util<5 & power>300, temp>85, "
                                      "mem>90%, idle>10m")] = "",
+    ) -> Annotated[CallToolResult, schemas.FleetStatus]:
         """Every instance, trouble first: status, benchmark state, last verdict, GPU summary, age of its data."""
         await self._settle(list(self.state.instances))
         self.state.tick()
@@ -294,7 +295,10 @@ class FleetTools:
             await self._link(name)
         except ToolError:
             pass  # the controller's own attempt fails at once on a down link, and audits it
-        results = await self.controller.restart([name], origin=ORIGIN, reason=why)
+        planned = (await self.controller.restart_plans([name])).get(name)
+        plans = {name: planned["plan"]} if planned and planned["ok"] and "plan" in planned else None
+        # with the plan the host stops only what it lists; the result (and the audit) carries what it stopped
+        results = await self.controller.restart([name], origin=ORIGIN, reason=why, plans=plans)
         outcome = results.get(name)
         if outcome is None or not outcome["ok"]:
             error = str(outcome.get("error") if outcome else "no result")
@@ -306,6 +310,7 @@ class FleetTools:
         data: dict[str, Any] = dict(outcome.get("data") or {})
         started = data.get("started") or {}
         stopped = len(data.get("stopped") or [])
+        plan = [safe.line(x, 300) for x in describe_plan(data.get("plan") or (plans or {}).get(name))][:50]
         out = {
             "instance": name,
             "outcome": "ok",
@@ -313,8 +318,9 @@ class FleetTools:
             "reason": safe.field(reason, 500),
             "stopped": [p for p in (data.get("stopped") or []) if isinstance(p, int)][:200],
             "started_pid": started.get("pid") if isinstance(started.get("pid"), int) else None,
+            "plan": plan,
         }
-        return _result(out, f"{name}: {out['message']} (audited, origin mcp)")
+        return _result(out, "\n".join([f"{name}: {out['message']} (audited, origin mcp)", *plan]))
 
     # -- resources ----------------------------------------------------------------------------------
     async def status_resource(self) -> str:
