@@ -18,7 +18,7 @@ from ..wire.wording import code_words, plural
 from . import codes, rank, signatures
 from .completion import last_words, words_start
 from .events import LOG_SLACK, PERSISTENT, SEVERITY_LEVEL, Episode, kernel_episodes, log_episodes
-from .liveness import Liveness, assess, loading, saving
+from .liveness import Liveness, assess, building, building_line, loading, saving
 from .processes import Processes, benchmark_processes, entrypoint_tree
 from .progress import LogProgress, compile_progress, log_progress, step_slowdown
 from .records import Item, Step, step
@@ -462,11 +462,24 @@ def still_loading(facts: Dict[str, Any], progress: Dict[str, LogProgress], procs
         return procs
     stall = float(facts.get("stall_seconds") or DEFAULTS["stall_seconds"])
     logs = {log["path"]: log for log in facts.get("logs") or [] if not log.get("error")}
-    line = loading(progress, logs, stall)
-    if line is None:
+    found = loading(progress, logs, stall)
+    if found is not None:
+        line, path, at = found
+        steps.append(step("loading", "info", "still loading: %s" % line))
+        return procs._replace(young_entry="starting: still loading: %s" % line, starting_evidence=(
+            _log_ev(logs[path], at),))
+    tools = building(facts, procs.bench) if not any(p.sample.kind == "steps" and p.stuck_for <= stall
+                                                    for p in progress.values()) else None
+    if tools is None:
         return procs
-    steps.append(step("loading", "info", "still loading: %s" % line))
-    return procs._replace(young_entry="starting: still loading: %s" % line)
+    steps.append(step("loading", "info", "still building: %s" % tools))
+    where = building_line(logs)
+    return procs._replace(young_entry="starting: still building what it needs (%s)" % tools,
+                          starting_evidence=(_log_ev(logs[where[0]], where[1]),) if where else ())
+
+
+def _log_ev(log: Dict[str, Any], at: int) -> Any:
+    return ev(log["path"], int(log.get("first_line") or 1) + at, log["lines"][at])
 
 
 # -- step 7: finished? then the verdict ----------------------------------------------------------------
@@ -527,7 +540,7 @@ def _brief(code: str, head: Item, now: float) -> str:
 
 def verdict(items: List[Item], procs: Processes, finished: Optional[Item], now: float,
             steps: List[Step], notes: Optional[List[str]] = None) -> Verdict:
-    code, head = rank.choose(items, procs.young_entry, finished)
+    code, head = rank.choose(items, procs.young_entry, finished, list(procs.starting_evidence))
     if code == "healthy":
         what = "%s running" % plural(len(procs.bench), "benchmark process") if procs.bench else "nothing wrong found"
         head.summary = "healthy: %s" % "; ".join([what, *list(notes or [])[:2]])
@@ -566,4 +579,6 @@ def analyze(facts: Dict[str, Any]) -> DiagnosisResult:
     findings.sort(key=lambda i: (-SEVERITY_LEVEL.get(i.severity, 0), -codes.rank(i.code)))
     if finished is not None and result_verdict["code"] == "finished":
         findings.insert(0, finished)
+    if result_verdict["code"] == "starting" and procs.starting_evidence:  # what it is doing: a meter, a build
+        findings.insert(0, Item("starting", "info", result_verdict["summary"], list(procs.starting_evidence)))
     return {"verdict": result_verdict, "findings": [i.finding() for i in findings], "steps": steps, "time": now}

@@ -10,6 +10,8 @@ ended well, with nothing after it that says otherwise:
   (``***** train metrics *****``, ``final accuracy``, Lightning's ``Test metric`` table);
 - a results table ends the log (``| Tasks | Version | ... |`` rows with numbers: lm-evaluation-harness,
   llama-bench);
+- a retried job's last attempt ``succeeded``; a summary figure among the very last lines (``# Avg bus
+  bandwidth : 92.34``, ``mean latency = 3.2 ms``);
 - its progress is complete: ``proof 10/10 done``, ``step 500/500`` (not a tqdm bar: an epoch's bar says nothing
   of the run), and the built-in ``signatures.COMPLETED`` lines.
 
@@ -54,7 +56,14 @@ COMPLETION: List[Pattern[str]] = [re.compile(p, _I) for p in (
     r"^\s*(?:test|eval|evaluation|validation|benchmark) (?:results|metrics|scores?)\b",
     r"^[\s*=#-]*(?:train|eval|test|predict) metrics[\s*=#-]*$",
     r"^\s*[\u2502\u2503|]?\s*Test metric\s+[\u2502\u2503|]?\s*DataLoader",
+    # a retried job's last attempt says so: "Attempt 2/3 succeeded", "upload succeeded."
+    r"(?<!\b0 )(?<!\bnot )(?<!\bnone )(?<!\bnever )(?<!\bnothing )\bsucceeded\s*[.!]*\s*$",
 )]
+# a summary figure that closes the log (only among its last CLOSING_LINES lines: the same words early in a log
+# are a model's size or a warm-up's figure): nccl-tests' "# Avg bus bandwidth : 92.34", "mean latency = 3.2 ms"
+CLOSING_LINES = 5
+CLOSING_SUMMARY = re.compile(
+    r"(?:^|[#:>\]]\s*)(?:avg|average|mean|overall|aggregate)\b[\w ()/.-]{0,40}?\s*[:=]\s*[-+]?\d", _I)
 NOT_COMPLETION = re.compile(r"\bsummary at\b|\bresults? (?:will|would|are being|is being)\b|\bno results\b", _I)
 NONZERO_EXIT = re.compile(
     r"\bexit(?:ed)?(?:\s+with)?(?:\s+(?:code|status))?\s*[:=]?\s*-?[1-9]\d*\b|returned non-zero exit status"
@@ -104,7 +113,7 @@ def last_words(log: Dict[str, Any], bench_re: Optional[Pattern[str]] = None,
                 return []  # the run's last words report a failure: whatever it printed before, it failed
             break  # a failure before the completion (the caller weighs the findings of the last words)
         sample = parse(text, bench_re) if len(text) <= 4000 else None
-        if is_completion_line(text):
+        if is_completion_line(text) or (seen <= CLOSING_LINES and CLOSING_SUMMARY.search(text)):
             found.append(i)
             continue
         if sample is None:

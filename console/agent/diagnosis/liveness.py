@@ -67,6 +67,11 @@ LOADING_RE = re.compile(
     r"|Load weight begin|\bloading\b.{0,60}\b(?:\d+%|\d+/\d+)",
     re.IGNORECASE,
 )
+# programs that build what the run needs before it starts: a JIT-compiled extension (ninja, cc1plus, nvcc),
+# a wheel, a crate
+BUILD_PROGRAM_RE = re.compile(
+    r"^(?:ninja|make|cmake|cc1|cc1plus|c\+\+|g\+\+|gcc|clang(?:\+\+)?|ld|nvcc|cicc|ptxas|fatbinary|cudafe\+\+"
+    r"|cargo|rustc|pip|pip3|uv|maturin)$")
 CHECKPOINT_RE = re.compile(r"\bsav(?:e|ing)\b.{0,40}\bcheckpoints?\b|\bcheckpoint(?:ing)?\b.{0,20}\bsav", re.IGNORECASE)
 
 
@@ -263,10 +268,11 @@ def assess(facts: Dict[str, Any], bench: List[Dict[str, Any]], bench_started: Op
     return Liveness(kind, why, measured, cpu, io_rate, listening, gpus, model, serving)
 
 
-def loading(progress: Dict[str, LogProgress], logs: Dict[str, Dict[str, Any]], stall: float) -> Optional[str]:
+def loading(progress: Dict[str, LogProgress], logs: Dict[str, Dict[str, Any]], stall: float
+            ) -> Optional[Tuple[str, str, int]]:
     """The run is still loading what it needs: its latest progress is a load or download meter that moves, or
-    its last words (a fresh log) say it loads. The line, or None."""
-    best: Optional[Tuple[float, str]] = None
+    its last words (a fresh log) say it loads. ``(the line, its log's path, its index)``, or None."""
+    best: Optional[Tuple[float, str, str, int]] = None
     for path, prog in progress.items():
         log = logs.get(path)
         if log is None or prog.stuck_for > stall or prog.sample.done:
@@ -277,8 +283,31 @@ def loading(progress: Dict[str, LogProgress], logs: Dict[str, Dict[str, Any]], s
         if not (prog.sample.kind == "download" or LOADING_RE.search(text) or LOADING_RE.search(context)):
             return None  # the run's own work moves (steps, proofs): it is running, not starting
         if best is None or prog.stuck_for < best[0]:
-            best = (prog.stuck_for, short(text.strip(), 100))
-    return best[1] if best else None
+            best = (prog.stuck_for, short(text.strip(), 100), path, prog.at)
+    return best[1:] if best else None
+
+
+BUILDING_RE = re.compile(r"\b(?:building|compiling)\b", re.IGNORECASE)
+
+
+def building_line(logs: Dict[str, Dict[str, Any]]) -> Optional[Tuple[str, int]]:
+    """The last line of the freshest log that says it builds (``Building extension module cpu_adam...``)."""
+    for log in sorted(logs.values(), key=lambda lg: -float(lg.get("mtime") or 0.0)):
+        lines = log.get("lines") or []
+        for i in range(len(lines) - 1, max(-1, len(lines) - 30), -1):
+            if BUILDING_RE.search(lines[i][:400]):
+                return log["path"], i
+    return None
+
+
+def building(facts: Dict[str, Any], bench: List[Dict[str, Any]]) -> Optional[str]:
+    """The run is still building what it needs: a compiler or build tool runs in the benchmark's process tree
+    (DeepSpeed's JIT ``cpu_adam``: ninja and cc1plus under the trainer). Its program names, or None."""
+    processes = facts.get("processes") or []
+    tree = _tree_pids(bench, processes)
+    names = sorted({program_name(r) for r in processes if int(r["pid"]) in tree})
+    tools = [n for n in names if BUILD_PROGRAM_RE.match(n)]
+    return ", ".join(tools) if tools else None
 
 
 def saving(lines: List[str]) -> Optional[str]:

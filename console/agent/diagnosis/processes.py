@@ -3,7 +3,7 @@ waiting on a child that does nothing. Programs are matched with ``procmatch`` (n
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, NamedTuple, Optional, Pattern
+from typing import Any, Dict, List, NamedTuple, Optional, Pattern, Tuple
 
 from ..wire.config import DEFAULTS, compile_patterns
 from ..wire.procmatch import matches_program
@@ -24,6 +24,7 @@ class Processes(NamedTuple):
     entry_started: Optional[float]  # start of the youngest live entrypoint
     young_entry: Optional[str]  # set when the entrypoint is young and no benchmark process is up
     match_pats: List[Pattern[str]]
+    starting_evidence: Tuple[Any, ...] = ()  # the line that says what a starting run does (a meter, a build)
 
 
 def alive(rec: Dict[str, Any]) -> bool:

@@ -35,6 +35,10 @@ WGET_RE = re.compile(r"(\d{1,3})%\[[=> ]*\]\s+([\d.,]+[KMGT]?)\s+(\S+)")
 RCLONE_RE = re.compile(r"Transferred:\s+([\d.]+\s?[KMGTPE]?i?B)\s*/\s*([\d.]+\s?[KMGTPE]?i?B),\s*(\d{1,3})%")
 # a pb-style bar (lotus paramfetch): "6.71 GiB / 47.90 GiB [=====>------]  14.01% 41.20 MiB/s 17m03s"
 PB_RE = re.compile(r"([\d.]+ [KMGT]?i?B) / ([\d.]+ [KMGT]?i?B) \[[=>\-]*\]\s+([\d.]+)%")
+# any other meter of bytes: "2.0 GiB/4.8 GiB (41.67%)" (LocalAI), "[#2089b1 1.2GiB/4.8GiB(25%) CN:16 ...]"
+# (aria2c), "512 MiB of 4 GiB, 12%": an amount with its unit over a total with its unit, then a percent
+SIZED_RE = re.compile(
+    r"([\d.]+\s?[KMGTPE]i?B)\s*(?:/|\bof\b)\s*([\d.]+\s?[KMGTPE]i?B)\W{0,4}(\d{1,3}(?:\.\d+)?)\s?%")
 DOWNLOAD_DESC_RE = re.compile(
     r"\.(?:safetensors|bin|gguf|params|pt|pth|ckpt|tar|gz|zip|json|vk|srs)\b|download|fetch", re.IGNORECASE)
 # the benchmark's own progress (``[benchmark] progress`` replaces it)
@@ -129,6 +133,11 @@ def parse(text: str, bench_re: Optional[Pattern[str]] = None) -> Optional[Sample
     if last is not None:
         pct = float(last.group(3))
         return Sample("download", last.group(1), pct, None, pct >= 100.0)
+    last = _last(SIZED_RE, text)
+    if last is not None:
+        pct = float(last.group(3))
+        if pct <= 100.0:
+            return Sample("download", last.group(1), pct, None, pct >= 100.0)
     m = CURL_BAR_RE.match(text)
     if m:
         pct = float(m.group(1))
@@ -233,6 +242,14 @@ RATE_RE = re.compile(
     re.IGNORECASE,
 )
 _INVERSE_UNITS = ("s/it", "sec/batch", "s/batch", "sec/step", "s/step", "sec/iter", "s/iter")
+# the time one unit of work took, printed on its progress line: "End of epoch 3 / 200  Time Taken: 392 sec",
+# "(epoch: 1, iters: 100, time: 0.208, data: 0.006)", "step 40 took 1.9s"; not a clock ("time: 12:00:01")
+DURATION_RE = re.compile(
+    r"\b(time taken|took|step time|iter(?:ation)? time|batch time|epoch time|time)\s*[:=]?\s*"
+    r"(\d+(?:\.\d+)?)(?![\d:/.-])\s*(ms|s|sec|secs|seconds)?\b",
+    re.IGNORECASE,
+)
+CUMULATIVE = 0.9  # a series of durations that grows at this share of its steps is a clock, not a pace
 
 
 class Pace(NamedTuple):
@@ -255,10 +272,48 @@ def _printed_pace(index: int, text: str) -> Optional[Pace]:
     return Pace(index, 1.0 / value if unit in _INVERSE_UNITS else value, unit)
 
 
+def _printed_duration(index: int, text: str) -> Optional[Pace]:
+    """The time a unit of work took, as a pace (unit ``s (<its word>)``); None without one."""
+    m = _last(DURATION_RE, text[-2000:])
+    if m is None:
+        return None
+    seconds = float(m.group(2)) / (1000.0 if (m.group(3) or "").lower() == "ms" else 1.0)
+    return Pace(index, 1.0 / seconds, "s (%s)" % m.group(1).lower()) if seconds > 0 else None
+
+
 def _fmt_pace(rate: float, unit: str) -> str:
-    if unit in _INVERSE_UNITS:
+    if unit in _INVERSE_UNITS or unit.startswith("s ("):
         return "%.3g %s" % (1.0 / rate, unit)
     return "%.3g %s" % (rate, unit)
+
+
+def _duration_series(lines: List[str], events: List[int]) -> List[List[Pace]]:
+    """Per word ("time taken", "time"...), the durations the progress lines print; a series that keeps
+    growing is a running clock (elapsed time), not how long each unit took, and is left out."""
+    by_word: Dict[str, List[Pace]] = {}
+    for i in events:
+        pace = _printed_duration(i, lines[i])
+        if pace is not None:
+            by_word.setdefault(pace.unit, []).append(pace)
+    out = []
+    for series in by_word.values():
+        rising = sum(1 for a, b in zip(series, series[1:]) if b.rate < a.rate)
+        if len(series) >= MIN_PACES and rising < CUMULATIVE * (len(series) - 1):
+            out.append(series)
+    return out
+
+
+def _slowdown(series: List[Pace]) -> Optional[Tuple[float, str, str, int]]:
+    """The factor when the recent paces are SLOWDOWN times slower than the first half's (medians)."""
+    if len(series) < MIN_PACES:
+        return None
+    half = series[: len(series) // 2]
+    recent = series[-max(3, len(series) // 6):]
+    before, now = _median([p.rate for p in half]), _median([p.rate for p in recent])
+    if now <= 0 or before / now < SLOWDOWN:
+        return None
+    unit = series[-1].unit
+    return before / now, _fmt_pace(before, unit), _fmt_pace(now, unit), series[-1].at
 
 
 def _median(values: List[float]) -> float:
@@ -304,12 +359,5 @@ def step_slowdown(lines: List[str], events: List[int], stamp_of: Any = None,
         series = [p for p in (_printed_pace(events[-1], t) for t in repaints) if p is not None]
     if len(series) < MIN_PACES:
         series = paces(lines, events[-400:], stamp_of, bench_re)
-    if len(series) < MIN_PACES:
-        return None
-    half = series[: len(series) // 2]
-    recent = series[-max(3, len(series) // 6):]
-    before, now = _median([p.rate for p in half]), _median([p.rate for p in recent])
-    if now <= 0 or before / now < SLOWDOWN:
-        return None
-    unit = series[-1].unit
-    return before / now, _fmt_pace(before, unit), _fmt_pace(now, unit), series[-1].at
+    found = [f for f in map(_slowdown, [series, *_duration_series(lines, events[-400:])]) if f is not None]
+    return max(found, key=lambda f: f[0]) if found else None

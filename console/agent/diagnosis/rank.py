@@ -21,7 +21,7 @@ never makes a failure the benchmark's own log reports after its own last words (
 
 from __future__ import annotations
 
-from typing import Collection, List, Optional, Tuple
+from typing import Any, Collection, List, Optional, Tuple
 
 from . import codes
 from .events import SEVERITY_LEVEL
@@ -65,8 +65,10 @@ def is_starting(items: List[Item], young_entry: Optional[str]) -> bool:
         _level(i) >= 2 for i in items if i.role == "current" and i.code not in STARTUP_SYMPTOMS)
 
 
-def choose(items: List[Item], young_entry: Optional[str], finished: Optional[Item]) -> Tuple[str, Item]:
-    """``(verdict code, the finding behind it)``; mutates the symptoms' severity/role as the verdict decides."""
+def choose(items: List[Item], young_entry: Optional[str], finished: Optional[Item],
+           starting_evidence: Optional[List[Any]] = None) -> Tuple[str, Item]:
+    """``(verdict code, the finding behind it)``; mutates the symptoms' severity/role as the verdict decides.
+    ``starting_evidence``: the line that shows what a starting run is doing (a moving meter, a build)."""
     starting = is_starting(items, young_entry)
     if starting:
         for i in items:
@@ -85,7 +87,7 @@ def choose(items: List[Item], young_entry: Optional[str], finished: Optional[Ite
                 i.severity = "info"
         return "finished", finished
     if starting:
-        return "starting", Item("starting", "info", young_entry or "starting", [])
+        return "starting", Item("starting", "info", young_entry or "starting", list(starting_evidence or []))
     symptoms = [i for i in items if i.role == "current" and _level(i) >= 1]
     if symptoms:
         head = max(symptoms, key=lambda i: (codes.rank(i.code), _level(i), -i.order))

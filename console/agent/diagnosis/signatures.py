@@ -97,7 +97,8 @@ SIGNATURES: List[Signature] = [
          r"|critical medium error|EXT4-fs error|EXT4-fs \(\S+\): (?:I/O error|Remounting filesystem read-only)"
          r"|Remounting filesystem read-only|XFS \(\S+\): (?:metadata I/O error|Corruption|log I/O error)"
          r"|Input/output error|os error 5\b|Errno 5\]|Os \{ code: 5,"
-         r"|Read-only file system|\bEROFS\b|os error 30\b|Errno 30\]|kind: ReadOnlyFilesystem",
+         r"|Read-only file system|\bEROFS\b|os error 30\b|Errno 30\]|kind: ReadOnlyFilesystem"
+         r"|Stale file handle|\bESTALE\b|os error 116\b|Errno 116\]|kind: StaleNetworkFileHandle",
          "a disk or filesystem failed (kernel I/O errors, a filesystem remounted read-only): check dmesg and the "
          "device's health (smartctl/nvme smart-log), move the data off it"),
     _sig("storage_stall", "error",
@@ -152,6 +153,8 @@ SIGNATURES: List[Signature] = [
          r"undefined symbol\b|version [`'\u2018][\w.]+' not found"
          r"|compiled (?:using|against) (?:NumPy|API version|ABI version)|were compiled with different CUDA"
          r"|mismatches the version that was used to compile|xFormers was built for"
+         r"|does not match the version (?:that was )?used to (?:compile|build)"
+         r"|\bversion of [\w.+-]{1,30} that does not match\b"
          r"|is not compatible with the current PyTorch installation|is not compatible with this version of"
          r"|no kernel image is available for execution|NoKernelImageForDevice|CUDA_ERROR_NO_BINARY_FOR_GPU"
          r"|\brequires [`'\"]?[\w.\[\]-]+ ?(?:>=|==|~=|<)\s*\d|which is incompatible\b"
@@ -194,6 +197,8 @@ SIGNATURES: List[Signature] = [
          r"|over its data quota|smudge filter lfs failed|Smudge error: Error downloading|LFS: Error downloading"
          r"|batch response: .{0,80}(?:bandwidth|quota|not found|Repository or object not found)"
          r"|An error occurred \((?:403|404|NoSuchKey|NoSuchBucket)\) when calling|\bNoSuchKey\b"
+         r"|\bIncompleteRead\(\d+ bytes read|ContentTooShortError|ChunkedEncodingError|Connection broken: "
+         r"|retrieval incomplete: got only"
          r"|fetch\w*\b.{0,160}(?:connection reset|reset by peer|unexpected EOF|broken pipe|timed out|i/o timeout"
          r"|connection refused|no route to host)"
          r"|download\w*\b.{0,160}(?:connection reset|reset by peer|unexpected EOF|broken pipe|timed out|i/o timeout"
