@@ -1,5 +1,6 @@
-"""Diagnosis classes learned from blind round 4 (tests/fixtures/incidents-blind/round-4): each rule reads a
-class of wordings, not one incident's line (docs/diagnosis.md). Pure: the engine on facts built here."""
+"""Diagnosis classes learned from blind round 4 (tests/fixtures/incidents-blind/round-4) and the operator's review
+(issue 35): each rule reads a class of wordings, not one incident's line (docs/diagnosis.md). Pure: the engine on
+facts built here."""
 
 from __future__ import annotations
 
@@ -112,3 +113,16 @@ def test_a_run_compiling_what_it_needs_is_starting_with_the_build_line(tmp_path:
     assert result["verdict"]["code"] == "starting", result["verdict"]
     evidence = by_code(result)["starting"]["evidence"]
     assert any("Building extension module cpu_adam" in e["text"] for e in evidence), evidence
+
+
+def test_the_phase_of_a_failure_is_the_one_it_happened_in(tmp_path: Path) -> None:
+    """Issue 35 item 4: an OOM in the proving loop after "warmup proof ok" is not "during the warmup"."""
+    log = tmp_path / "benchmark-full.log"
+    log.write_text("Running warmup proof...\nwarmup proof ok (41.2s)\nproof 1/10 done\nproof 2/10 done\n"
+                   "Error: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    facts = {"now": time.time(), "benchmark": TRAIN_BENCH, "logs": logs_of(tmp_path), "files": [], "processes": []}
+    summary = by_code(dg.analyze(facts))["cuda_oom"]["summary"]
+    assert "warmup" not in summary, summary
+    log.write_text("Running warmup proof...\nError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    facts["logs"] = logs_of(tmp_path)
+    assert "during the warmup proof" in by_code(dg.analyze(facts))["cuda_oom"]["summary"]

@@ -82,13 +82,24 @@ def descendants(pid: int, kids: Dict[int, List[Any]]) -> List[Tuple[int, Any]]:
     return out
 
 
+PHASE_DONE_RE = re.compile(r"\b(?:ok|done|finished|complete[d]?|succeeded|passed)\b", re.IGNORECASE)
+
+
 def context(lines: List[str], index: int) -> Optional[str]:
-    """What the program was doing at ``lines[index]``: the nearest preceding "Running X..." line."""
+    """What the program was doing at ``lines[index]``: the nearest preceding "Running X..." line, unless a line
+    between them says X ended ("warmup proof ok"): then the failure came after that phase, in one not named."""
+    ended: List[str] = []  # lines after the phase line (nearer the failure) that say a phase ended
     for i in range(index, max(-1, index - 300), -1):
-        m = CONTEXT_RE.match(lines[i])
+        text = lines[i]
+        m = CONTEXT_RE.match(text)
         if m:
-            return m.group(1).strip().rstrip(".…:").strip()
-        if "warmup" in lines[i].lower() and i != index:
+            phase = m.group(1).strip().rstrip(".…:").strip()
+            word = phase.split()[0].lower() if phase.split() else ""
+            return None if word and any(word in done for done in ended) else phase
+        if i != index and PHASE_DONE_RE.search(text):
+            ended.append(text.lower())
+            continue
+        if "warmup" in text.lower() and i != index:
             return "warmup"
     return None
 
