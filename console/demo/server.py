@@ -2,9 +2,9 @@
 
 Every exec request (a shell request: an interactive bash, else sh) runs ``/bin/sh -c COMMAND`` for real, as a
 child of that instance's init (see ``scripts/init``), in the instance's directory with ``HOME`` there, so the
-agent the console uploads lands in the instance's own ``.cache`` and sees only that instance's processes.  stdin/stdout/stderr
-are piped through the channel, the exit status is returned, and when the channel closes first the
-command's process group is killed, as sshd does with a session. A session that asks for a PTY (``s``, the
+agent the console uploads lands in the instance's own ``.cache`` and sees only that instance's processes.
+stdin/stdout/stderr are piped through the channel, the exit status is returned, and when the channel closes
+first the command's process group is killed, as sshd does with a session. A session that asks for a PTY (``s``, the
 operator's shell) gets one of its size, followed on resize, as its controlling terminal.
 
 A flapping host drops every connection from the server side and refuses new ones (its listener is
