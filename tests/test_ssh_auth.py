@@ -310,3 +310,22 @@ def test_check_connect_one_line_each(sshd: Sshd, tmp_path: Path, capsys: pytest.
     assert "host key changed" in rows["changed"]
     assert "auth failed" in rows["refused"] and "tried" in rows["refused"]
     assert not list(Path(os.environ["HOME"]).glob(".cache/fleet-console/*")), "check --connect starts nothing"
+
+
+async def test_a_known_hosts_file_fixed_on_disk_is_tried_at_once(sshd: Sshd, tmp_path: Path) -> None:
+    """Issue 35 item 24: the operator creates the missing known_hosts by hand (ssh-keyscan, a copy): the link
+    does not wait out its minutes-long backoff with a stale NEEDS ACTION, it tries again within seconds."""
+    known = tmp_path / "fresh" / "known_hosts"
+    controller = FleetController(Fleet([inst(sshd, known_hosts=str(known))], source="f"),
+                                 audit=AuditLog(tmp_path / "a.jsonl"))
+    await controller.start()
+    try:
+        link = controller.links["box1"]
+        await Recorder().wait_for(lambda: link.status == "needs_action", what="needs action")
+        assert link.next_retry_at is not None and link.next_retry_at - time.time() > 60  # minutes, as before
+        known.parent.mkdir(parents=True)
+        known.write_text(sshd.known_hosts_line())
+        await Recorder().wait_for(lambda: link.status == "connected", timeout=10, what="connected once the file exists")
+        assert "known_hosts" not in (controller.state.get("box1").link_detail or "")
+    finally:
+        await controller.stop()

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import os
 import random
 import secrets
 import time
@@ -39,6 +40,7 @@ MAX_LINE = 16 * 1024 * 1024
 # A session that ends within this long of its hello counts as a failed attempt: the backoff keeps growing
 # (a host whose agent dies at once is retried ever more slowly, not ~45 times a minute).
 STABLE_AFTER = 10.0
+FILE_CHECK_SECONDS = 1.0  # after a host-key or login failure: how often the files the login uses are looked at
 # The console's pings keep its agents' watchdogs fed: an agent that heard nothing for WATCHDOG_PINGS pings (30 s,
 # as long as the console waits for a silent agent, SILENCE_TIMEOUT) exits, so one orphaned by a connection lost
 # without a word goes away. At 1000 hosts the pings were the link worker's largest Python cost (200 packets a
@@ -212,7 +214,9 @@ class AgentLink(StatusRules):
             self.attempts += 1
             self._set_status(status, detail)
             self._wake.clear()
-            if not await self._pause(delay) and connected_at is not None:
+            if status in PERMANENT:  # minutes, unless the operator fixes it on disk meanwhile (a new known_hosts)
+                await self._pause_watching_files(delay)
+            elif not await self._pause(delay) and connected_at is not None:
                 # The first retry after a drop: spread by the size of the storm, judged after the base
                 # delay, when the rest of a blip's drops are counted too (a lone drop adds ~5 ms).
                 extra = pace.drop_record().spread()
@@ -220,6 +224,31 @@ class AgentLink(StatusRules):
                     self.next_retry_at = time.time() + extra
                     await self._pause(extra)
             self.next_retry_at = None
+
+    def _ssh_files(self) -> tuple[tuple[str, int, int] | None, ...]:
+        """The known_hosts file and key this instance's login uses: (path, mtime, size) each, None when absent."""
+        home = os.path.expanduser("~")
+        paths = [self.instance.known_hosts or os.path.join(home, ".ssh", "known_hosts"), self.instance.key or ""]
+        out: list[tuple[str, int, int] | None] = []
+        for path in paths:
+            try:
+                st = os.stat(os.path.expanduser(path)) if path else None
+            except OSError:
+                st = None
+            out.append((path, st.st_mtime_ns, st.st_size) if st is not None else None)
+        return tuple(out)
+
+    async def _pause_watching_files(self, delay: float) -> None:
+        """The long wait after a failure that waiting does not fix (a host key, a login), cut short when the
+        files the login uses change: the operator created known_hosts or fixed the key, so try at once."""
+        before = self._ssh_files()
+        deadline = time.monotonic() + delay
+        while time.monotonic() < deadline:
+            if await self._pause(min(FILE_CHECK_SECONDS, max(0.0, deadline - time.monotonic()))):
+                return
+            if self._ssh_files() != before:
+                self.next_retry_at = time.time()
+                return
 
     async def _pause(self, delay: float) -> bool:
         """Wait ``delay`` seconds, or less when ``retry_now()`` wakes the link: True when woken."""
