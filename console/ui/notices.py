@@ -1,8 +1,9 @@
 """Toasts and the event timeline (``e``): what the app says, and what it keeps of it (``NoticeBoard``).
 
-Every notice and every change for the worse goes to the timeline in full; on a small screen (a tmux panel)
-a toast is one line and only the newest few stay, so that they do not hide the grid. The timeline adds the
-history file's events (kept across console runs) read through the controller.
+On a small screen (a tmux panel) a toast is one line and only the newest few stay, so that they do not hide
+the grid. The timeline holds fleet events only, one entry each: the history file's (kept across console runs:
+transitions, flaps, verdicts, restarts, probes), read through the controller; with no history, this session's
+status changes. Toasts (the command bar's completions, a theme's name, "copied") are not events.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from textual.notifications import Notifications, Notify
 from console.core.control import FleetControl
 from console.core.status import BADGES
 from console.core.text_safety import clean
-from widgets.timeline_screen import history_line
+from widgets.timeline_screen import entry_of, history_line
 
 MAX_NOTIFY_EVENTS = 3  # instances named in one "got worse" toast, then "+N more"
 SMALL_SCREEN_ROWS = 40  # below this many rows toasts are one line each, at most SMALL_SCREEN_TOASTS at once
@@ -31,7 +32,7 @@ Entry = Tuple[float, str, str]  # (ts, instance, text): one timeline line
 
 
 def one_line(message: str, title: str = "") -> str:
-    """A toast's text in one line of at most ``TOAST_CHARS``; the timeline (``e``) has the rest."""
+    """A toast's text in one line of at most ``TOAST_CHARS``; the timeline (``e``) has a fleet event's in full."""
     first = message.split("\n", 1)[0]
     line = ("%s: %s" % (title, first)) if title else first
     if "\n" in message or len(line) > TOAST_CHARS:
@@ -40,8 +41,8 @@ def one_line(message: str, title: str = "") -> str:
 
 
 def transition_text(old: str, new: str, detail: str) -> str:
-    """A status change as the timeline says it: ``OK → FAILED (why)``."""
-    return "%s → %s%s" % (BADGES.get(old, old), BADGES.get(new, new), (" (%s)" % detail) if detail else "")
+    """A status change as the timeline says it, in the history's words: ``OK → FAILED: why``."""
+    return history_line({"kind": "transition", "status": new, "detail": detail, "data": {"from": old}})
 
 
 def worse_toast(fresh: Sequence[Tuple[str, str]]) -> Tuple[str, str]:
@@ -60,35 +61,36 @@ def drop_oldest_toasts(notes: Notifications) -> None:
 
 
 def timeline_entries(session: Iterable[Entry], control: FleetControl, limit: int = 500) -> List[Entry]:
-    """``(ts, instance, text)`` newest first: this session's entries and the history file's events (kept
-    across console runs: transitions, flaps, verdicts, restarts with pids, probes)."""
-    out = list(session)
-    if control.keeps_history:
-        with contextlib.suppress(Exception):
-            for ev in control.history_events(time.time() - TIMELINE_DAYS * 86400)[-limit:]:
-                out.append((ev["ts"], ev["instance"], history_line(ev)))
+    """``(ts, instance, text)`` newest first, one per fleet event: the history file's events when it is kept
+    (transitions, flaps, verdicts, restarts with pids, probes; written before it is read), else this session's
+    status changes (``session``) — never both, which said each change twice."""
+    if not control.keeps_history:
+        return sorted(session, key=lambda e: -e[0])[:limit]
+    out: List[Entry] = []
+    with contextlib.suppress(Exception):
+        out = [entry_of(ev) for ev in control.history_events(time.time() - TIMELINE_DAYS * 86400)[-limit:]]
     out.sort(key=lambda e: -e[0])
-    return out[:limit]
+    return out
 
 
 class NoticeBoard(App[None]):
-    """The app's notices: each kept for the timeline (``session_events``) and the tests (``notices``); on a
-    small screen one line each and only the newest few; changes for the worse toasted at most once a minute
-    per instance (``report_events``), with the terminal's bell when ``bell_enabled``."""
+    """The app's notices, kept for the tests (``notices``); on a small screen one line each and only the newest
+    few. Changes for the worse (``report_events``) go to ``session_events`` (the timeline with no history) and
+    are toasted at most once a minute per instance, with the terminal's bell when ``bell_enabled``."""
 
     def __init__(self) -> None:
         super().__init__()
         self.bell_enabled = False
         self.notices: deque[Tuple[str, str, str]] = deque(maxlen=100)  # (severity, title, message): notify()
-        self.session_events: deque[Entry] = deque(maxlen=500)  # this session's timeline entries
+        self.session_events: deque[Entry] = deque(maxlen=500)  # this session's status changes (the timeline's)
         self._event_toasted: Dict[str, float] = {}  # instance -> when its last "got worse" toast was shown
 
     def notify(self, message: str, *, title: str = "", severity: str = "information", **kwargs: Any) -> None:
-        """Every notice goes to the event timeline (``e``) in full; on a small screen its toast is one line."""
+        """A toast (not a timeline event: the fleet's events come from the state and the history); on a small
+        screen one line."""
         # the second way in for host text (controller results and errors: a verdict, a restart's log tail)
         message, title = clean(message, keep_newlines=True), clean(title)
         self.notices.append((severity, title, message))
-        self.session_events.append((time.time(), "", ("%s: %s" % (title, message)) if title else message))
         if self.size.height < SMALL_SCREEN_ROWS:
             message, title = one_line(message, title), ""
         kwargs["markup"] = False  # notices carry host text and instance names: never markup (widgets pass True)
