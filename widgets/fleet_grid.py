@@ -56,11 +56,11 @@ class FleetGrid(FleetViewWidget, can_focus=True):
         Binding("pagedown", "page(1)", show=False),
         Binding("enter", "open", "Open"),
         Binding("space", "toggle_select", "Select"),
-        Binding("a", "select_shown", "Select all", show=False),
+        Binding("a", "select_shown", "Select all"),
         Binding("u", "clear_selection", "Unselect all", show=False),
         # Checked before the keys behind it are routed (priority): the filter takes the focus at once, so
         # "/h200<enter>" arriving in one read (tmux, a paste) types into the filter, not onto the grid.
-        Binding("slash", "app.filter", "Filter", show=False, priority=True),
+        Binding("slash", "app.filter", "Filter", priority=True),
     ]
 
     def __init__(self, state: FleetState, view: FleetView, *, name: Optional[str] = None,

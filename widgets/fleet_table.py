@@ -55,12 +55,12 @@ class FleetTable(FleetViewWidget, can_focus=True):
         Binding("pagedown", "page(1)", show=False),
         Binding("enter", "open", "Open"),
         Binding("space", "toggle_select", "Select"),
-        Binding("a", "select_shown", "Select all", show=False),
+        Binding("a", "select_shown", "Select all"),
         Binding("u", "clear_selection", "Unselect all", show=False),
         Binding("o", "cycle_sort", "Sort", show=False),
         Binding("O", "reverse_sort", "Reverse", show=False),
         Binding("S", "toggle_stable", "Hold order", show=False),
-        Binding("slash", "app.filter", "Filter", show=False, priority=True),
+        Binding("slash", "app.filter", "Filter", priority=True),
     ]
 
     def __init__(self, state: FleetState, view: FleetView, *, id: Optional[str] = None,

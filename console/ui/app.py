@@ -77,10 +77,11 @@ class FleetApp(NoticeBoard, ScreenshotDelivery):
         Binding("t", "cycle_theme", "Theme"),
         Binding("R", "reload", "Reload"),
         Binding("e", "timeline", "Events"),
-        Binding("s", "shell", "Shell", show=False),  # ssh into the instance (read-only too: audited)
-        Binding("y", "copy", "Copy", show=False),  # ssh command, log line or evidence line (OSC 52)
-        Binding("v", "toggle_view", "View", show=False),  # grid / table (remembered)
-        Binding("colon", "command", "Command", show=False),  # :open, :diagnose, :restart, :probe, :sort, :theme
+        Binding("s", "shell", "Shell"),  # ssh into the instance (read-only too: audited)
+        Binding("y", "copy", "Copy"),  # ssh command, log line or evidence line (OSC 52)
+        Binding("v", "toggle_view", "View"),  # grid / table (remembered)
+        Binding("colon", "command", "Command"),  # :open, :diagnose, :restart, :probe, :sort, :theme
+        Binding("A", "accept_host_key", "Accept key"),  # shown only where a host key waits (check_action)
         Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
         Binding("escape", "clear", "Clear", show=False),
     ]
@@ -393,13 +394,26 @@ class FleetApp(NoticeBoard, ScreenshotDelivery):
             return not self.read_only
         if action == "refuse_restart":
             return self.read_only
+        if action == "accept_host_key":  # the footer says "A Accept key" where an unknown host key waits
+            return self._host_key_waiting() is not None
         return True
 
+    def _host_key_waiting(self) -> Optional[str]:
+        """The instance (the screen's, else the cursor's) whose link was offered an unknown host key."""
+        with contextlib.suppress(Exception):  # (asked while screens come and go)
+            screen = self.screen
+            name = screen.instance_name if isinstance(screen, InstanceScreen) else self.grid.cursor_name
+            offer = self.controller.host_key_offer(name) if name else None
+            if offer is not None and not offer.changed:
+                return name
+        return None
+
     def action_accept_host_key(self) -> None:
-        """``A`` on the instance screen: trust the unknown host key it offers (console/ui/fleet_actions.py)."""
-        screen = self.screen
-        if isinstance(screen, InstanceScreen):
-            fleet_actions.accept_host_key(self, screen.instance_name)
+        """``A``: trust the unknown host key the instance (the screen's or the cursor's) offers
+        (console/ui/fleet_actions.py)."""
+        name = self._host_key_waiting()
+        if name is not None:
+            fleet_actions.accept_host_key(self, name)
 
     def action_probe(self) -> None:
         screen = self.screen
