@@ -17,20 +17,17 @@ from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Input, Static, TabbedContent, TabPane, Tabs
 
-from console.agent.wire.timefmt import fmt_age as format_age
 from console.core.control import FleetControl
 from console.core.state import InstanceState, LogRing
-from console.core.status import STALE, badge
 
 from .diagnosis_text import diagnosis_text, probes_text
 from .evidence_view import EvidenceView
 from .footer import Footer  # Textual's, without its recompose leak (issue 15 item 11)
 from .gpu_panel import GpuPanel
+from .instance_header import header_text
 from .log_grep import GrepScreen
 from .log_view import LogView
-from .pane import retry_text
 from .process_panel import ProcessPanel
-from .render import operator_text
 from .styles_cache import release_dead_line_caches, release_query_caches
 
 TABS = ("tab-gpus", "tab-procs", "tab-logs", "tab-diag", "tab-probes")
@@ -41,35 +38,6 @@ LOG_INPUT_PLACEHOLDERS = {
     "filter": "filter: only lines with this text (as you type; enter: keep; esc: clear)",
     "grep": "grep the whole file on the host (enter: run; hits with line numbers)",
 }
-
-
-def header_text(inst: InstanceState, demo: bool, read_only: bool, retry_at: Optional[float] = None) -> Text:
-    text = Text()
-    text.append(" %s " % inst.name, "bold reverse")
-    label = badge(inst.status)
-    if inst.status == STALE and inst.age() is not None:
-        label += " " + format_age(inst.age() or 0)
-    text.append(" %s " % label, "bold")
-    if inst.status_detail:
-        text.append(operator_text(inst.status_detail) + "  ", "italic")
-    retry = retry_text(retry_at, time.time())
-    if retry:
-        text.append(retry + "  ", "bold")
-    addr = "%s@%s:%s" % (inst.user or "?", inst.host, inst.port or 22)
-    text.append(addr, "dim")
-    if inst.tags:
-        text.append("  [%s]" % ",".join(inst.tags), "dim")
-    flags = inst.flags()
-    if flags:
-        text.append("  " + ", ".join(flags), "bold")
-    if demo:
-        text.append("  DEMO fleet — simulated GPUs", "bold reverse")
-    if read_only:
-        text.append("  READ-ONLY", "bold reverse")
-    age = inst.age()
-    if age is not None:
-        text.append("  last data %s ago" % format_age(age), "dim")
-    return text
 
 
 class LogTabs(TabbedContent):
@@ -231,7 +199,8 @@ class InstanceScreen(Screen):
 
     def _update(self, inst: InstanceState, force: bool) -> None:
         retry_at = self.control.retry_at(inst.name)  # a failing link's next try
-        self.query_one("#inst-header", Static).update(header_text(inst, self.demo, self.read_only, retry_at))
+        width = max(20, (self.size.width or self.app.size.width) - 2)  # (the header's padding)
+        self.query_one("#inst-header", Static).update(header_text(inst, self.demo, self.read_only, retry_at, width))
         active = self.query_one("#inst-tabs", TabbedContent).active
         if force or active == "tab-gpus":
             self.query_one("#gpu-detail", GpuPanel).show(inst, 0, time.time(), force=force)
