@@ -145,9 +145,20 @@ async def test_columns_flat_view_filter_and_term(sshd: Sshd, tmp_path: Path, wor
         assert not wrong["ok"] and "another process" in wrong["error"]
         assert work.bench.poll() is None
 
-        # k: confirmed, then TERM through the agent; the process is gone and the audit log says so
+        # j / k move, as everywhere else (issue 35 item 10): no signal, no dialog
         await select(pilot, tree, work.bench.pid)
+        row = tree.cursor_line
         await pilot.press("k")
+        await wait_until(pilot, lambda: tree.cursor_line == row - 1, what="k: the cursor one row up")
+        assert not isinstance(app.screen, ConfirmScreen) and work.bench.poll() is None
+        await pilot.press("j")
+        await wait_until(pilot, lambda: tree.cursor_line == row, what="j: the cursor back down")
+        footer = screen_text(app).splitlines()[-1]
+        assert "T TERM" in footer and "K KILL" in footer, footer
+
+        # T: confirmed, then TERM through the agent; the process is gone and the audit log says so
+        await select(pilot, tree, work.bench.pid)
+        await pilot.press("T")
         await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirm dialog")
         dialog = screen_text(app)
         assert "TERM" in dialog and str(work.bench.pid) in dialog and "127.0.0.1" in dialog

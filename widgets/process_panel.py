@@ -1,5 +1,6 @@
 """The Processes tab: a column header, the process tree (or flat list), a filter box and the selected
-process's full command line; ``k`` / ``K`` send TERM / KILL to the selected process through the agent.
+process's full command line; ``T`` / ``K`` send TERM / KILL to the selected process through the agent (``j`` /
+``k`` move, as everywhere else: htop's and k9s's capitals for the signals).
 
 The keys are this widget's own, so they act only while the tab has the focus (``/`` searches the log
 elsewhere on the instance screen). A signal is confirmed first, refused (and audited) in read-only mode,
@@ -48,8 +49,10 @@ class ProcessPanel(Vertical):
         Binding("f", "filter", "Filter", show=False),
         Binding("plus,equals_sign", "expand_all", "Expand all", show=False),
         Binding("minus", "collapse_all", "Collapse all", show=False),
-        Binding("k", "signal('TERM')", "TERM"),
-        Binding("K", "signal('KILL')", "KILL", show=False),
+        Binding("j", "move(1)", "Down", show=False),  # vim's keys move here too (issue 35 item 10)
+        Binding("k", "move(-1)", "Up", show=False),
+        Binding("T", "signal('TERM')", "TERM"),
+        Binding("K", "signal('KILL')", "KILL"),
         Binding("escape", "close_filter", "Close filter", show=False),
     ]
 
@@ -103,6 +106,11 @@ class ProcessPanel(Vertical):
         self._paint_detail()
 
     # -- view keys -----------------------------------------------------------------------------------
+    def action_move(self, step: int) -> None:
+        """``j`` / ``k``: the next / previous process (the tree's own down / up)."""
+        tree = self.proc_tree
+        tree.action_cursor_down() if step > 0 else tree.action_cursor_up()
+
     def action_toggle_flat(self) -> None:
         tree = self.proc_tree
         tree.set_view(flat=not tree.flat)
