@@ -87,12 +87,12 @@ class ProcessPanel(Vertical):
     def show(self, inst: InstanceState) -> None:
         self._inst = inst
         tree = self.proc_tree
-        tree.update_procs(inst.procs, inst.bench_patterns)
+        tree.update_procs(inst.shown_procs(), inst.bench_patterns)
         self._paint()
 
     def _paint(self) -> None:
         tree = self.proc_tree
-        total = len(self._inst.procs) if self._inst is not None else 0
+        total = len(self._inst.shown_procs()) if self._inst is not None else 0
         self.query_one("#proc-header", Static).update(
             header_line(tree.flat, tree.sort_key, tree.filter_text, tree.shown, total))
         self._paint_detail()

@@ -69,6 +69,8 @@ class InstanceState:
         self.gpu_ts: Deque[float] = deque(maxlen=HISTORY_SECONDS)
         self.procs: Dict[int, ProcRecord] = {}
         self.procs_version = 0
+        self._shown: Dict[int, ProcRecord] = {}
+        self._shown_key: tuple[int, Any] = (-1, None)
         self.logs: Dict[str, LogRing] = {}
         self.logs_version = 0
         self.last_log: Optional[Tuple[str, int, str]] = None  # (path, line_no, text)
@@ -217,13 +219,20 @@ class InstanceState:
             return None
         return max(0.0, now + self.clock_offset - self.entry_started)
 
+    def shown_procs(self) -> Dict[int, ProcRecord]:
+        """The host's processes less the console's own: the agent, what it runs (a probe, a worker) and the
+        shell chain that started it from the SSH server (not what the operator looks for). Cached per table."""
+        key = (self.procs_version, self.hello.get("pid"))
+        if self._shown_key != key:
+            own = own_pids(self.procs, self.hello.get("pid"))
+            self._shown = {pid: rec for pid, rec in self.procs.items() if pid not in own} if own else self.procs
+            self._shown_key = key
+        return self._shown
+
     def busiest_process(self) -> Optional[ProcRecord]:
         best = None
         best_key = None
-        agent_pid = self.hello.get("pid")
-        for rec in self.procs.values():
-            if rec.get("pid") == agent_pid:  # the agent watching the host is not what the operator looks for
-                continue
+        for rec in self.shown_procs().values():  # the agent watching the host is not what the operator looks for
             key = (rec.get("gpu_mem") or 0, rec.get("cpu") or 0.0)
             if best_key is None or key > best_key:
                 best, best_key = rec, key
@@ -319,3 +328,28 @@ def _bench_patterns(instance: Any, field: str = "match") -> List[re.Pattern[str]
 
 def _sources(patterns: List[re.Pattern[str]]) -> List[str]:
     return [p.pattern for p in patterns]
+
+
+def own_pids(procs: Dict[int, ProcRecord], agent_pid: Any) -> set[int]:
+    """The agent's pid, its descendants, and its ancestors up to (not including) the SSH server or pid 1."""
+    if not isinstance(agent_pid, int) or agent_pid not in procs:
+        return set()
+    own = {agent_pid}
+    ppid = procs[agent_pid].get("ppid")
+    while isinstance(ppid, int) and ppid > 1 and ppid in procs and ppid not in own:
+        if str(procs[ppid].get("name") or "").startswith("sshd"):
+            break
+        own.add(ppid)
+        ppid = procs[ppid].get("ppid")
+    children: Dict[int, list[int]] = {}
+    for pid, rec in procs.items():
+        parent = rec.get("ppid")
+        if isinstance(parent, int):
+            children.setdefault(parent, []).append(pid)
+    todo = [agent_pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in own:
+                own.add(child)
+                todo.append(child)
+    return own

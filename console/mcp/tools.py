@@ -152,7 +152,7 @@ def instance_detail(inst: InstanceState, now: float, top: int = 15) -> Dict[str,
     """GPUs (with per-process memory), the top ``top`` processes by GPU memory then CPU (plus every
     benchmark and entrypoint process), followed logs, the last diagnosis."""
     top = max(1, min(MAX_TOP, top))
-    procs = [dict(r) for r in inst.procs.values()]
+    procs = [dict(r) for r in inst.shown_procs().values()]  # less the console's own agent and its shell
     names = {r.get("pid"): safe.field(r.get("name"), 80) for r in procs}
     ranked = sorted(procs, key=lambda r: (r.get("gpu_mem") or 0, r.get("cpu") or 0.0), reverse=True)
     chosen = ranked[:top]

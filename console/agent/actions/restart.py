@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import threading
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple, cast
@@ -34,6 +33,7 @@ from ..wire.protocol import (
     Started,
     StopResult,
 )
+from .detach import spawn_detached
 
 _LOCK = threading.Lock()
 START_CHECK_SECONDS = 1.0
@@ -333,7 +333,8 @@ def start_argv(start: Any) -> List[str]:
 
 
 def start_benchmark(bench: BenchmarkConfig, check_seconds: float = START_CHECK_SECONDS) -> Started:
-    """Start ``bench["start"]`` detached (new session), output appended to ``bench["log"]``."""
+    """Start ``bench["start"]`` detached (new session, re-parented away from the agent), output appended to
+    ``bench["log"]``."""
     argv = start_argv(bench.get("start"))
     log = bench.get("log") or None
     cwd = bench.get("cwd") or None
@@ -347,25 +348,11 @@ def start_benchmark(bench: BenchmarkConfig, check_seconds: float = START_CHECK_S
         out.flush()
     else:
         out = open(os.devnull, "wb")  # noqa: SIM115
-    try:
-        proc = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-        )
+    try:  # not the agent's child: it outlives the agent and is not shown under it (detach.py)
+        pid, rc = spawn_detached(argv, cwd, env, out.fileno(), check_seconds)
     finally:
         out.close()
-    threading.Thread(target=proc.wait, name="reap-%d" % proc.pid, daemon=True).start()
-    deadline = time.monotonic() + check_seconds
-    while time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    rc = proc.poll()
-    started: Started = {"pid": proc.pid, "pgid": _pgid(proc.pid) or proc.pid, "argv": argv, "alive": rc is None}
+    started: Started = {"pid": pid, "pgid": _pgid(pid) or pid, "argv": argv, "alive": rc is None}
     if rc is not None:
         started["returncode"] = rc
         started["log_tail"] = start_output(log) if log else []
