@@ -239,3 +239,26 @@ async def test_gpu_tab_on_a_real_agent_with_history(fake_nvml: Any, nvml_sshd: A
 
         # 38 minutes from 40 minutes ago (39 when they straddle a minute more; this run's own minutes may join)
         await wait_until(pilot, lambda: minutes() >= 38, timeout=15, what="the older minutes of the hour")
+
+
+async def test_the_gpus_tab_has_the_keys_its_hint_offers_as_soon_as_it_shows(tmp_path: Path) -> None:
+    """Issue 35 item 11: "↑↓ GPU · z zoom" works on the GPUs tab as it opens (Enter on the grid, each time, and
+    back from another tab with tab / shift+tab), without pressing 1 first."""
+    from tests.support.app import all_live, make_app, open_screen, wait_until
+    from widgets.gpu_panel import GpuPanel
+
+    app = make_app(tmp_path, gpus=3)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: all_live(app), what="three live agents")
+        for _ in range(2):  # the first open of the session, then the screen shown again
+            screen = await open_screen(pilot, app)
+            panel = screen.query_one(GpuPanel)
+            await wait_until(pilot, lambda: panel.has_focus, timeout=5, what="the GPU lines focused")
+            await pilot.press("down")
+            await wait_until(pilot, lambda: panel.selected == 1 and "GPU 1 " in panel.text.plain, what="GPU 1's charts")
+            await pilot.press("z")
+            await wait_until(pilot, lambda: "last 1h" in panel.text.plain, what="zoomed out to the hour")
+            await pilot.press("tab", "shift+tab")  # Processes, then back on GPUs
+            await wait_until(pilot, lambda: panel.has_focus, timeout=5, what="the GPU lines focused again")
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: app.screen is not screen, what="back on the grid")

@@ -150,6 +150,7 @@ class InstanceScreen(Screen):
         if inst is not None:
             with contextlib.suppress(NoMatches):  # built in the background as the app quits: pruned already
                 self._update(inst, force=True)
+        self.call_after_refresh(self.focus_content)  # the first tab's content has the keys, not the tab bar
 
     # -- another instance on the same screen ----------------------------------------------------------
     def show_instance(self, name: str, tab: str = "tab-gpus") -> None:
@@ -182,7 +183,8 @@ class InstanceScreen(Screen):
             for box in self.query(ScrollableContainer):  # the GPU, Diagnosis and Probes tabs open at the top
                 box.scroll_home(animate=False)
             self.query_one("#inst-tabs", TabbedContent).active = self.initial_tab
-        self.set_focus(None)  # shown again, the screen focuses its first focusable widget, as a new one does
+        self.set_focus(None)  # nothing of the last instance's keeps the keys
+        self.call_after_refresh(self.focus_content)  # the tab's content has them: the GPU lines' ↑↓ and z at once
         inst = self.inst
         if inst is not None:
             with contextlib.suppress(NoMatches):
