@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 import time
@@ -58,6 +59,9 @@ async def run_fleet_headless(
             log.info("starting %d demo instances on 127.0.0.1", demo_instances)
             demo = await start_demo(demo_instances)
             fleet = demo.fleet
+            # the demo's history and audit log go with it (issue 35 item 6): the real fleet's never see it
+            demo.state_dir.mkdir(parents=True, exist_ok=True)
+            os.environ["FLEET_CONSOLE_STATE_DIR"] = str(demo.state_dir)
         assert fleet is not None
         controller = make_controller(fleet, demo is not None)
         await controller.start()

@@ -178,7 +178,8 @@ def test_serve_demo_metrics_and_sigterm(tmp_path: Path) -> None:
     lines = (tmp_path / "serve.err").read_text().splitlines()
     assert lines and all(LOG_LINE.match(line) for line in lines), lines
     assert lines[-1].endswith("INFO  stopped")
-    assert (tmp_path / "state" / "history.sqlite3").exists()
+    assert not (tmp_path / "state" / "history.sqlite3").exists()  # the demo's history went with the demo
+    assert not (tmp_path / "state" / "audit.jsonl").exists()
     assert (tmp_path / "rec.gz").stat().st_size > 0
 
 
