@@ -179,3 +179,33 @@ def test_a_shifted_state_is_the_state_fed_shifted(tmp_path: Path) -> None:
     assert not differ, {k: (a[k], b[k]) for k in differ}
     inst = fed.state.instances["box1"]
     assert inst.last_frame == start + 37 + 350.0 and inst.reconnects and inst.errors and inst.probes
+
+
+async def test_the_replay_footer_offers_its_own_keys_and_not_the_refused_ones(tmp_path: Path) -> None:
+    """Issue 35 item 20: at 80 columns the footer shows z, [ ], { }, - + and none of what a recording cannot do
+    (diagnose, probes, reload: no host, no fleet file), on the grid and on an instance's screen."""
+    from widgets.instance_screen import InstanceScreen
+
+    path = tmp_path / "old.jsonl.gz"
+    write_recording(path, float(int(time.time()) - 3600))
+    source = ReplaySource(path, start_at=15.0)
+    app = make_replay_app(source)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait.until(lambda: "box1" in source.state.instances and source.offset > 1, 30, "playing",
+                         sleep=pilot.pause)
+        await pilot.pause(0.6)  # the footer looks again twice a second
+        footer = app.screen._compositor.render_strips()[-1].text
+        for entry in ("z Pause/play", "[ ] ±10s", "{ } ±60s", "- + Speed"):
+            assert entry in footer, footer
+        for refused in ("Diagnose", "Probes", "Reload"):
+            assert refused not in footer, footer
+        await pilot.press("d")
+        await pilot.pause(0.3)
+        assert not any("diagnos" in m for _, _, m in app.notices), app.notices
+
+        app.open_instance("box1")
+        await wait.until(lambda: isinstance(app.screen, InstanceScreen) and app.screen.is_mounted, 30,
+                         "the instance screen", sleep=pilot.pause)
+        await pilot.pause(0.6)
+        footer = app.screen._compositor.render_strips()[-1].text
+        assert "Diagnose" not in footer and "Probes" not in footer, footer  # (z, [ ] are the GPUs' and logs' here)

@@ -31,7 +31,7 @@ from textual.widgets._footer import FooterKey
 # Actions by importance, most first (no namespace, no arguments). The keys the operator needs where they are
 # come first: leave, accept a host key, help, quit, then the fleet actions, the log's own keys, the rest.
 PRIORITY: Tuple[str, ...] = (
-    "back", "accept_host_key", "help", "quit",
+    "back", "accept_host_key", "help", "quit", "replay_pause", "replay_seek", "replay_speed",
     "open", "diagnose", "diagnose_current", "restart", "restart_current", "refuse_restart",
     "filter", "search", "command", "shell", "probe", "probe_current", "toggle_view", "copy",
     "toggle_follow", "toggle_wrap", "toggle_select", "select_shown",

@@ -22,15 +22,18 @@ from console.ui.app import FleetApp
 class ReplayApp(FleetApp):
     """``FleetApp`` on a replay, with keys for pause (z), seek ([ ] 10 s, { } 60 s) and speed (- +)."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [
+    BINDINGS: ClassVar[list[BindingType]] = [  # in the footer as one entry per pair: "[ ] ±10s"
         Binding("z", "replay_pause", "Pause/play"),
-        Binding("left_square_bracket", "replay_seek(-10)", "-10s"),
-        Binding("right_square_bracket", "replay_seek(10)", "+10s"),
-        Binding("left_curly_bracket", "replay_seek(-60)", "-60s", show=False),
+        Binding("left_square_bracket", "replay_seek(-10)", "±10s", key_display="[ ]"),
+        Binding("right_square_bracket", "replay_seek(10)", "+10s", show=False),
+        Binding("left_curly_bracket", "replay_seek(-60)", "±60s", key_display="{ }"),
         Binding("right_curly_bracket", "replay_seek(60)", "+60s", show=False),
-        Binding("minus", "replay_speed(-1)", "Slower"),
-        Binding("plus,equals_sign", "replay_speed(1)", "Faster"),
+        Binding("minus", "replay_speed(-1)", "Speed", key_display="- +"),
+        Binding("plus,equals_sign", "replay_speed(1)", "Faster", show=False),
     ]
+    # what a recording cannot do (no host to ask, no fleet file): not offered, the keys do nothing
+    REFUSED: ClassVar[frozenset[str]] = frozenset(
+        ("diagnose", "diagnose_current", "probe", "probe_current", "reload", "shell", "accept_host_key"))
 
     def __init__(self, source: ReplaySource, theme: str | None = None) -> None:
         super().__init__(source, theme=theme)
@@ -63,6 +66,12 @@ class ReplayApp(FleetApp):
         for i in range(max(0, len(entries) - len(events)), len(entries)):
             _, name, text = entries[i]
             entries[i] = (self.source.transition_at.get(name, self.source.state.virtual_now), name, text)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The fleet actions a replay refuses are not offered (the footer shows only keys that work here)."""
+        if action in self.REFUSED:
+            return False
+        return super().check_action(action, parameters)
 
     def action_replay_pause(self) -> None:
         self.source.toggle()
