@@ -15,6 +15,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual import events
 from textual.binding import Binding
 from textual.geometry import Size
 from textual.reactive import reactive
@@ -30,6 +31,7 @@ WARN_WORDS = re.compile(r"\b(?:warn|warning|warnings)\b", re.IGNORECASE)
 ERROR_STYLE = Style(color="red")
 WARN_STYLE = Style(color="yellow")
 MARK_STYLE = Style(bold=True, reverse=True)  # the line a jump (evidence, grep hit) landed on
+CURSOR_STYLE = Style(bold=True, reverse=True)  # the cursor's line number (the line y copies)
 GUTTER = 7  # "%6d "
 MAX_OLDER = 20000  # lines fetched from the host kept above the ring
 OLDER_STEP = 500  # lines asked for per scroll past the top
@@ -50,8 +52,9 @@ def line_style(content: str) -> Optional[Style]:
 class LogView(ScrollView, can_focus=True):
     """Renders a ``LogRing`` (plus older lines fetched from the host); follows the end unless paused.
 
-    It opens at the tail; a badge on its last row says FOLLOW, or PAUSED with the lines that came since,
-    and the filter with its count.
+    It opens at the tail; its last row is a status line (never over a log line) that says FOLLOW, or PAUSED
+    with the lines that came since, and the filter with its count. A line cursor (the tail while following;
+    up/down, j/k, PgUp/PgDn, a click, a search match or a jump move it) marks the line ``y`` copies.
     """
 
     DEFAULT_CSS = """
@@ -67,6 +70,8 @@ class LogView(ScrollView, can_focus=True):
         Binding("end", "end", "Follow", show=False),
         Binding("G", "end", show=False),
         Binding("home", "home", show=False),
+        Binding("k", "scroll_up", show=False),
+        Binding("j", "scroll_down", show=False),
         Binding("w", "toggle_wrap", "Wrap"),
     ]
 
@@ -80,6 +85,7 @@ class LogView(ScrollView, can_focus=True):
         self.filter: str = ""
         self.wrap = False
         self.match_line: Optional[int] = None  # index in self.lines of the current match
+        self.cursor: Optional[int] = None  # index in self.lines of the line cursor (None: the last line)
         self.mark: Optional[int] = None  # file line number of the jumped-to line (highlighted)
         self.older: List[Tuple[int, str]] = []  # lines fetched from the host, before the ring's
         self.loader: Optional[Loader] = None  # (path, before_line, n) -> {lines: [(n, text)]}
@@ -101,6 +107,49 @@ class LogView(ScrollView, can_focus=True):
         if self.wrap:
             self._layout()
         self._to_end()  # shown for the first time (its tab activated) or resized: keep the tail in view
+
+    @property
+    def text_rows(self) -> int:
+        """Rows for log lines: all but the status line."""
+        return max(1, (self.scrollable_content_region.height or self.size.height) - 1)
+
+    def cursor_index(self) -> Optional[int]:
+        """The line the cursor is on (the last one while following); None with no lines."""
+        if not self.lines:
+            return None
+        if self.follow or self.cursor is None:
+            return len(self.lines) - 1
+        return max(0, min(self.cursor, len(self.lines) - 1))
+
+    def cursor_line(self) -> Optional[Tuple[int, str]]:
+        """``(file line number, text)`` under the cursor: what ``y`` copies."""
+        index = self.cursor_index()
+        return None if index is None else self.lines[index]
+
+    def move_cursor(self, step: int) -> None:
+        """The cursor ``step`` lines down (up when negative), in view; reading back pauses the tail."""
+        index = self.cursor_index()
+        if index is None:
+            return
+        if step < 0 and index == 0:
+            self.follow = False
+            self.cursor = 0
+            self.load_older()  # above the first line: the host's older lines
+            return
+        self.follow = False
+        self.cursor = max(0, min(len(self.lines) - 1, index + step))
+        self._show_cursor()
+
+    def _show_cursor(self) -> None:
+        index = self.cursor_index()
+        if index is None:
+            return
+        row, top, rows = self._row_of(index), int(self.scroll_offset.y), self.text_rows
+        if row < top:
+            self.scroll_to(y=row, animate=False, immediate=True)
+        elif row >= top + rows:
+            self.scroll_to(y=row - rows + 1, animate=False, immediate=True)
+        self.refresh()
 
     def _to_end(self) -> None:
         if self.follow:
@@ -172,10 +221,10 @@ class LogView(ScrollView, can_focus=True):
             for index, (_, content) in enumerate(self.lines):
                 rows.extend((index, start) for start in range(0, max(1, len(content)), room))
             self._rows = rows
-            self.virtual_size = Size(self.size.width, len(rows))
+            self.virtual_size = Size(self.size.width, len(rows) + 1)
         else:
             self._rows = []
-            self.virtual_size = Size(self._width, len(self.lines))
+            self.virtual_size = Size(self._width, len(self.lines) + 1)  # (+1: the status line's row)
         self.refresh()
 
     def _row_of(self, index: int) -> int:
@@ -199,7 +248,10 @@ class LogView(ScrollView, can_focus=True):
 
     def watch_follow(self, follow: bool) -> None:
         if follow:
+            self.cursor = None
             self.sync()
+        elif self.cursor is None and self.lines:
+            self.cursor = len(self.lines) - 1  # paused: the cursor stays on the line it was on
         self.refresh()  # the badge
 
     # -- actions -----------------------------------------------------------------------------------------
@@ -220,21 +272,29 @@ class LogView(ScrollView, can_focus=True):
         if self.scroll_offset.y == 0:
             self.load_older()
         self.follow = False
+        self.cursor = 0
         self.scroll_home(animate=False)
 
     def action_scroll_up(self) -> None:
-        self.follow = False
-        if self.scroll_offset.y == 0:
-            self.load_older()
-            return
-        self.scroll_up(animate=False)
+        self.move_cursor(-1)
+
+    def action_scroll_down(self) -> None:
+        self.move_cursor(1)
 
     def action_page_up(self) -> None:
-        self.follow = False
-        if self.scroll_offset.y == 0:
-            self.load_older()
-            return
-        self.scroll_page_up(animate=False)
+        self.move_cursor(-self.text_rows)
+
+    def action_page_down(self) -> None:
+        self.move_cursor(self.text_rows)
+
+    def on_click(self, event: events.Click) -> None:
+        """A click puts the cursor on that line."""
+        row = int(self.scroll_offset.y) + event.y
+        index = (self._rows[row][0] if row < len(self._rows) else None) if self.wrap else row
+        if index is not None and 0 <= index < len(self.lines) and event.y < self.text_rows:
+            self.follow = False
+            self.cursor = index
+            self.refresh()
 
     def on_mouse_scroll_up(self) -> None:
         self.follow = False  # the wheel up reads back: the tail no longer pulls the view down
@@ -269,6 +329,7 @@ class LogView(ScrollView, can_focus=True):
             return
         self.filter = text
         self.match_line = None
+        self.cursor = None if self.follow else self.cursor
         self._rebuild()
         if self.follow:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
@@ -313,6 +374,7 @@ class LogView(ScrollView, can_focus=True):
         self.action_next_match(-1)
 
     def _center(self, index: int) -> None:
+        self.cursor = index
         self.scroll_to(y=max(0, self._row_of(index) - self.size.height // 2), animate=False, immediate=True)
         self.refresh()
 
@@ -364,6 +426,8 @@ class LogView(ScrollView, can_focus=True):
             self.older = self.older[:MAX_OLDER]
         self._rebuild()
         added = len(self.lines) - before
+        if self.cursor is not None:
+            self.cursor += added
         self.scroll_to(y=self._row_of(max(0, top + added)), animate=False, immediate=True)
 
     def goto_line(self, number: int) -> None:
@@ -421,22 +485,26 @@ class LogView(ScrollView, can_focus=True):
 
     # -- painting ------------------------------------------------------------------------------------------
     def render_line(self, y: int) -> Strip:
-        row = y + int(self.scroll_offset.y)
         base = self.rich_style
         width = self.size.width
+        if y >= self.text_rows:
+            return self._status_line(width, base) if y == self.text_rows else Strip.blank(width, base)
+        row = y + int(self.scroll_offset.y)
         if self.wrap:
             if row >= len(self._rows):
-                return self._with_badge(y, Strip.blank(width, base), width, base)
+                return Strip.blank(width, base)
             index, start = self._rows[row]
         else:
             index, start = row, 0
         if index >= len(self.lines):
-            return self._with_badge(y, Strip.blank(width, base), width, base)
+            return Strip.blank(width, base)
         number, content = self.lines[index]
+        cursor = index == self.cursor_index()
         text = Text(no_wrap=True)
         piece = content[start : start + self._text_width()] if self.wrap else content
         if number and not SKIP_MARKER.match(content):  # the agent's "[... N lines skipped ...]" is no line
-            text.append("%6d " % number if start == 0 else " " * GUTTER, Style(dim=True))
+            gutter = ("%6d" % number + ("▸" if cursor else " ")) if start == 0 else " " * GUTTER
+            text.append(gutter, CURSOR_STYLE if cursor and start == 0 else Style(dim=True))
             text.append(piece, line_style(content))  # host text as a plain string: never markup
         else:
             text.append(" " * GUTTER + piece, Style(italic=True, dim=True))
@@ -446,18 +514,18 @@ class LogView(ScrollView, can_focus=True):
             text.stylize(Style(bold=True, underline=True))
         if number and number == self.mark:
             text.stylize(MARK_STYLE, GUTTER)
+        if cursor:
+            text.stylize(Style(bold=True), GUTTER)
         segments = list(text.render(self.app.console, end=""))
         strip = Strip(segments).apply_style(base)
         x = 0 if self.wrap else int(self.scroll_offset.x)
-        return self._with_badge(y, strip.crop_extend(x, x + width, base), width, base)
+        return strip.crop_extend(x, x + width, base)
 
-    def _with_badge(self, y: int, strip: Strip, width: int, base: Style) -> Strip:
-        """The FOLLOW / PAUSED badge over the right end of the last row."""
-        if y != (self.scrollable_content_region.height or self.size.height) - 1 or width < 12:
-            return strip
+    def _status_line(self, width: int, base: Style) -> Strip:
+        """The last row: FOLLOW / PAUSED (and the filter), on a row of its own, never over a log line."""
         room = min(width, self.scrollable_content_region.width or width)  # left of the scrollbar
-        label = self.badge()[: room - 2]
+        label = self.badge()[:room]
         paused = Style(bgcolor="yellow", color="black", bold=True)
         style = base + (Style(reverse=True, bold=True) if self.follow else paused)
-        left = strip.crop(0, room - len(label))
-        return Strip.join([left, Strip([Segment(label, style)])]).adjust_cell_length(width, base)
+        return Strip([Segment(" " * max(0, room - len(label)), base), Segment(label, style)]).adjust_cell_length(
+            width, base)

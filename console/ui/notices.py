@@ -78,6 +78,10 @@ class NoticeBoard(App[None]):
     few. Changes for the worse (``report_events``) go to ``session_events`` (the timeline with no history) and
     are toasted at most once a minute per instance, with the terminal's bell when ``bell_enabled``."""
 
+    # Toasts stand above the footer and the input row over it (the log's search, filter and grep box), not on
+    # it: at 80x24 a toast used to cover what the operator was typing.
+    CSS = "ToastRack { margin-bottom: 2; }"
+
     def __init__(self) -> None:
         super().__init__()
         self.bell_enabled = False

@@ -247,7 +247,7 @@ def evidence_line(diagnosis: Any) -> str:
 
 
 def copy_text(app: FleetApp) -> tuple[str, str]:
-    """What ``y`` copies, and what to call it: on the Logs tab the current match (else the last line in view),
+    """What ``y`` copies, and what to call it: on the Logs tab the line under the cursor,
     on the Diagnosis tab the first evidence line, else the ssh command line of the instance."""
     screen = app.screen
     name = shell_target(app)
@@ -258,12 +258,9 @@ def copy_text(app: FleetApp) -> tuple[str, str]:
             tab = screen.query_one("#inst-tabs", TabbedContent).active
     if tab == "tab-logs" and isinstance(screen, InstanceScreen):
         view = screen.active_log()
-        if view is not None and view.lines:
-            index = view.match_line
-            if index is None:
-                bottom = int(view.scroll_offset.y) + max(1, view.size.height) - 1
-                index = min(len(view.lines) - 1, bottom)
-            return view.lines[index][1], "log line %d" % view.lines[index][0]
+        line = view.cursor_line() if view is not None else None
+        if line is not None:  # the line under the log's cursor (marked ▸)
+            return line[1], "log line %d" % line[0]
     if tab == "tab-diag" and state is not None:
         line = evidence_line(state.diagnosis)
         if line:
