@@ -258,9 +258,9 @@ def copy_text(app: FleetApp) -> tuple[str, str]:
             tab = screen.query_one("#inst-tabs", TabbedContent).active
     if tab == "tab-logs" and isinstance(screen, InstanceScreen):
         view = screen.active_log()
-        line = view.cursor_line() if view is not None else None
-        if line is not None:  # the line under the log's cursor (marked ▸)
-            return line[1], "log line %d" % line[0]
+        cursor = view.cursor_line() if view is not None else None
+        if cursor is not None:  # the line under the log's cursor (marked ▸)
+            return cursor[1], "log line %d" % cursor[0]
     if tab == "tab-diag" and state is not None:
         line = evidence_line(state.diagnosis)
         if line:
