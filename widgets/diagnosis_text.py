@@ -3,9 +3,11 @@ the alternatives, what was checked) and the Probes tab; tested without an App.""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any, List, Mapping, Optional, Tuple
 
+from rich.console import Console
 from rich.text import Text
 
 from console.agent.wire.timefmt import fmt_age as format_age
@@ -16,12 +18,52 @@ from .render import operator_text, short_path
 
 SEVERITY_STYLE = {"critical": "bold reverse red", "error": "bold red", "warning": "yellow", "info": "dim"}
 STEP_STYLE = {"ok": "green", "problem": "bold red", "info": "", "skipped": "dim"}
+_CONSOLE = Console(width=1000)  # Text.wrap asks a console for its tab size and overflow only
 
 
 def _verdict_line(verdict: Mapping[str, Any]) -> str:
     """The verdict's summary, its code said once (``healthy: healthy: ...`` nowhere)."""
     code = str(verdict.get("code") or "")
     return verdict_line(code, str(verdict.get("summary") or code or "?"), str(verdict.get("label") or ""))
+
+
+def _repeats(finding: Mapping[str, Any], verdict: Mapping[str, Any]) -> bool:
+    """Whether ``finding`` says what the verdict line says (the verdict is its top finding)."""
+    code = finding.get("code")
+    return bool(code) and code == verdict.get("code") and \
+        operator_text(str(finding.get("summary") or "")) == _verdict_line(verdict)
+
+
+def hang_of(line: str) -> int:
+    """Where a wrapped line's next rows start: under its second column (the text after a severity, a path,
+    a label: the first gap of two spaces or more after some text), else two past its own indent."""
+    indent = len(line) - len(line.lstrip(" "))
+    gap = re.search(r"\S {2,}(?=\S)", line[indent:])
+    return indent + gap.end() if gap else indent + 2
+
+
+def wrap_hanging(text: Text, width: int) -> Tuple[Text, List[int]]:
+    """``text`` wrapped at ``width`` columns, each line's next rows under its second column (``hang_of``);
+    with the row each line of ``text`` starts on (an evidence row's place once wrapped)."""
+    out = Text(no_wrap=True, overflow="crop")
+    starts: List[int] = []
+    row = 0
+    for line in text.split("\n", allow_blank=True):
+        starts.append(row)
+        if width <= 0 or line.cell_len <= width:
+            rows = [line]
+        else:
+            hang = min(hang_of(line.plain), width // 2)
+            first = line.wrap(_CONSOLE, width)[0]
+            rest = line[len(first.plain.rstrip("\n")):]
+            rest = rest[len(rest.plain) - len(rest.plain.lstrip(" ")):]  # (the space it was cut at)
+            rows = [first] + [Text(" " * hang) + part for part in rest.wrap(_CONSOLE, width - hang)]
+        for part in rows:
+            if row:
+                out.append("\n")
+            out.append_text(part)
+            row += 1
+    return out, starts
 
 
 def diagnosis_text(inst: InstanceState, evidence: Optional[List[Tuple[int, str, Optional[int]]]] = None) -> Text:
@@ -43,12 +85,13 @@ def diagnosis_text(inst: InstanceState, evidence: Optional[List[Tuple[int, str, 
         text.append("  (%s ago)" % format_age(time.time() - inst.diagnosis_at), "dim")
     text.append("\n")
     for finding in diag.get("findings") or []:
-        fsev = finding.get("severity") or "info"
-        text.append("\n%-8s " % fsev.upper(), SEVERITY_STYLE.get(fsev, ""))
-        text.append(operator_text(str(finding.get("summary") or "")), "bold")
-        if finding.get("code"):
-            text.append("  [%s]" % finding["code"], "dim")
-        text.append("\n")
+        if not _repeats(finding, verdict):  # the verdict's own finding: its evidence goes under the verdict line
+            fsev = finding.get("severity") or "info"
+            text.append("\n%-8s " % fsev.upper(), SEVERITY_STYLE.get(fsev, ""))
+            text.append(operator_text(str(finding.get("summary") or "")), "bold")
+            if finding.get("code"):
+                text.append("  [%s]" % finding["code"], "dim")
+            text.append("\n")
         full_paths: List[str] = []
         for ev in finding.get("evidence") or []:
             path = str(ev.get("path") or "")

@@ -16,6 +16,8 @@ from textual.geometry import Region
 from textual.message import Message
 from textual.widgets import Static
 
+from .diagnosis_text import wrap_hanging
+
 Evidence = Tuple[int, str, Optional[int]]  # (row in the text, path, line number or None)
 CURSOR_STYLE = Style(reverse=True)
 
@@ -44,6 +46,7 @@ class EvidenceView(Static, can_focus=True):
         self.text = Text()
         self.evidence: List[Evidence] = []
         self.cursor = 0
+        self._starts: List[int] = []  # the row each line of the text starts on, wrapped
 
     def show(self, text: Text, evidence: List[Evidence]) -> None:
         keep = self.current
@@ -62,14 +65,24 @@ class EvidenceView(Static, can_focus=True):
         return self.evidence[self.cursor] if 0 <= self.cursor < len(self.evidence) else None
 
     def _paint(self) -> None:
-        text = self.text.copy()
+        """The text wrapped at the view's width under a hanging indent (a long evidence line's next rows stay
+        under its text, not at column 0), the chosen evidence line's rows in reverse."""
+        text, self._starts = wrap_hanging(self.text, self.size.width)
         chosen = self.current
-        if chosen is not None:
-            lines = text.plain.split("\n")
-            start = sum(len(line) + 1 for line in lines[: chosen[0]])
-            end = start + len(lines[chosen[0]]) if chosen[0] < len(lines) else start
-            text.stylize(CURSOR_STYLE, start, end)
+        if chosen is not None and chosen[0] < len(self._starts):
+            first, end_row = self._starts[chosen[0]], self._row_end(chosen[0])
+            rows = text.plain.split("\n")
+            start = sum(len(row) + 1 for row in rows[:first])
+            end = start + sum(len(row) + 1 for row in rows[first:end_row]) - 1
+            text.stylize(CURSOR_STYLE, start, max(start, end))
         self.update(text)
+
+    def _row_end(self, line: int) -> int:
+        """The row after the last one line ``line`` of the text was wrapped to."""
+        return self._starts[line + 1] if line + 1 < len(self._starts) else self._starts[-1] + 1
+
+    def on_resize(self) -> None:
+        self._paint()  # wrapped again at the new width
 
     def action_move(self, step: int) -> None:
         if not self.evidence:
@@ -78,7 +91,8 @@ class EvidenceView(Static, can_focus=True):
             return
         self.cursor = max(0, min(len(self.evidence) - 1, self.cursor + step))
         self._paint()
-        row = self.evidence[self.cursor][0]
+        line = self.evidence[self.cursor][0]
+        row = self._starts[line] if line < len(self._starts) else line
         parent = self.parent
         if parent is not None and hasattr(parent, "scroll_to_region"):
             parent.scroll_to_region(Region(0, row, 1, 1), animate=False, spacing=None)
