@@ -57,7 +57,7 @@ NOTES: Dict[str, Dict[str, str]] = {
         "probe": "probes menu (pick by key or from the list)",
         "cycle_theme": "next theme: dark, light, high-contrast (remembered)",
         "reload": "reload fleet.toml and its imports (also on change, SIGHUP)",
-        "timeline": "event timeline: transitions, verdicts, restarts, probes",
+        "timeline": "event timeline: transitions, verdicts, restarts, probes (enter: the whole entry)",
         "shell": "ssh into the instance (the console's settings; audited)",
         "copy": "copy: the ssh command; on a screen, the log or evidence line",
         "toggle_view": "grid / table view (remembered)",
