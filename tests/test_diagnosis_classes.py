@@ -84,6 +84,9 @@ def test_the_time_each_unit_takes_is_a_pace_and_a_running_clock_is_not() -> None
     ("requests.exceptions.ChunkedEncodingError: ('Connection broken: IncompleteRead(0 bytes read)', "
      "IncompleteRead(0 bytes read))", "download_failed"),
     ("OSError: [Errno 116] Stale file handle", "io_error"),
+    ("  -> [RequestGroup.cc:942] errorCode=1 Size mismatch Expected:366253506 Actual:0", "download_failed"),
+    ("05/06 21:51:06 [ERROR] CUID#7 - Download aborted. URI=https://mirror.example.net/v28.params",
+     "download_failed"),
     ("  RuntimeError: Cuda extensions are being compiled with a version of Cuda that does not match the version "
      "used to compile Pytorch binaries.  Pytorch binaries were compiled with Cuda 12.1.", "version_mismatch"),
 ])

@@ -199,6 +199,8 @@ SIGNATURES: List[Signature] = [
          r"|An error occurred \((?:403|404|NoSuchKey|NoSuchBucket)\) when calling|\bNoSuchKey\b"
          r"|\bIncompleteRead\(\d+ bytes read|ContentTooShortError|ChunkedEncodingError|Connection broken: "
          r"|retrieval incomplete: got only"
+         r"|\bDownload aborted\b|\berrorCode=[1-9]\d* .{0,200}\b(?:Size mismatch|Network problem|Resource not found"
+         r"|Timeout|Connection)|\b(?:fetch|transfer|retrieval)\w* failed\b"
          r"|fetch\w*\b.{0,160}(?:connection reset|reset by peer|unexpected EOF|broken pipe|timed out|i/o timeout"
          r"|connection refused|no route to host)"
          r"|download\w*\b.{0,160}(?:connection reset|reset by peer|unexpected EOF|broken pipe|timed out|i/o timeout"
