@@ -56,12 +56,13 @@ NOTES: Dict[str, Dict[str, str]] = {
         "restart": "restart the benchmark (asks first; refused in read-only)",
         "probe": "probes menu (pick by key or from the list)",
         "cycle_theme": "next theme: dark, light, high-contrast (remembered)",
-        "reload": "reload fleet.toml and its imports (also on change, SIGHUP)",
+        "reload": "reload fleet.toml and its imports (also on change, SIGUSR1)",
         "timeline": "event timeline: transitions, verdicts, restarts, probes (enter: the whole entry)",
         "shell": "ssh into the instance (the console's settings; audited)",
-        "copy": "copy: the ssh command; on a screen, the log or evidence line",
+        "copy": "copy: the ssh command; on a screen, the log cursor's or evidence line",
         "toggle_view": "grid / table view (remembered)",
         "command": "command: open, diagnose, restart, probe, sort, theme",
+        "accept_host_key": "trust the unknown host key of the instance (its fingerprint first; audited)",
         "command_palette": "command palette",
         "clear": "clear the selection, then the filter",
         "focus_next": "focus the next / previous widget",
@@ -84,6 +85,10 @@ NOTES: Dict[str, Dict[str, str]] = {
         "end": "the end of the log, following again",
         "home": "the first line held",
         "toggle_wrap": "wrap long lines",
+        "scroll_up": "move the line cursor (▸: the line y copies); above the top, older lines",
+        "scroll_down": "move the line cursor",
+        "page_up": "the line cursor a page up / down",
+        "page_down": "the line cursor a page down",
     },
 }
 # Actions that are one row with another (a read-only twin, the instance screen's form of a fleet action).
@@ -285,10 +290,10 @@ def help_text(app: App[Any]) -> Text:
     statuses = ", ".join(s.badge + (" (age)" if s.name == "stale" else "") for s in TABLE)
     text.append("\n")
     text.append("\n".join(wrap("Statuses, trouble first: %s." % statuses, WIDTH)) + "\n")
-    text.append("Mouse: click a pane to focus it, double-click to open; keys do it all.\n")
     text.append("\n".join(wrap("Filters (/, :diagnose/:restart/:probe, MCP fleet_status): words of the name, host or a "
                                 "tag, tag:x, status:x, and numbers joined by &: util<5 & power>300, temp>85, mem>90%, "
                                 "mem>20G, idle>10m, $/h>1 (once prices exist).", WIDTH)) + "\n")
+    text.append("Mouse: click a pane to focus it, double-click to open; keys do it all.\n")
     text.append("(end of help)", "dim")
     return text
 

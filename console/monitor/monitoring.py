@@ -131,11 +131,6 @@ class Monitoring:
         for hook in self.state.hooks["on_audit"]:
             hook(entry)
 
-    # -- lifecycle ------------------------------------------------------------------------------------
-    async def start(self, controller: FleetController) -> None:
-        self.controller = controller
-        if self.history_path is not None:
-            try:
     def _counter_seeds(self) -> dict[str, list[tuple[str, ...]]]:
         """Counter label sets at 0 before their first event: each alert rule's states, each webhook."""
         if self.alerts is None:
@@ -143,6 +138,11 @@ class Monitoring:
         return {"fleet_alert_notifications": [(r.name, s) for r in self.alerts.rules for s in ("firing", "resolved")],
                 "fleet_webhook_failures": [(s.name,) for s in self.alerts.senders.values()]}
 
+    # -- lifecycle ------------------------------------------------------------------------------------
+    async def start(self, controller: FleetController) -> None:
+        self.controller = controller
+        if self.history_path is not None:
+            try:
                 from console.monitor.history import DEFAULT_MAX_DAYS, History
 
                 self.history = History(self.history_path, max_days=self.history_days or DEFAULT_MAX_DAYS)
