@@ -674,9 +674,9 @@ def test_an_idle_server_with_its_model_loaded_is_healthy(tmp_path: Path) -> None
     assert steps["liveness"]["summary"].startswith("server")
     # a program that is no known server, found listening on a fixed port: guessed a server
     assert dg.analyze(server_facts(tmp_path, "python3 app.py", listen=[7860]))["verdict"]["code"] == "healthy"
-    # the same process said to be a batch job: idle GPUs and nothing moving are trouble
+    # the same process said to be a batch job: alive, its log silent, idle GPUs and nothing moving: hung
     batch = dg.analyze(server_facts(tmp_path, "python3 app.py", listen=[7860], kind="batch"))
-    assert batch["verdict"]["code"] == "gpu_idle"
+    assert batch["verdict"]["code"] == "hung" and "nothing moves" in batch["verdict"]["summary"]
     # a server with no model on any GPU is not waiting for requests: its GPUs are idle for nothing
     empty = dg.analyze(server_facts(tmp_path, "vllm serve x", listen=[8000], mem=0))
     assert empty["verdict"]["code"] == "gpu_idle" and "no model" in empty["verdict"]["summary"]

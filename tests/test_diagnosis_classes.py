@@ -129,3 +129,68 @@ def test_the_phase_of_a_failure_is_the_one_it_happened_in(tmp_path: Path) -> Non
     log.write_text("Running warmup proof...\nError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
     facts["logs"] = logs_of(tmp_path)
     assert "during the warmup proof" in by_code(dg.analyze(facts))["cuda_oom"]["summary"]
+
+
+# -- blind round 5's classes ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("text,evidence", [
+    ("Number of File Transfers Completed: 412\nNumber of File Transfers Failed: 0\n"
+     "Number of Folder Transfers Failed: 0\nFinal Job Status: Completed\n", "Final Job Status: Completed"),
+    ("[1,0]<stdout>:Iter #9: 396.9 img/sec per GPU\n[1,0]<stdout>:Img/sec per GPU: 397.8 +-1.6\n"
+     "[1,0]<stdout>:Total img/sec on 8 GPU(s): 3182.6 +-12.8\n", "Total img/sec on 8 GPU(s)"),
+    ("+ snarkjs groth16 verify verification_key.json public.json proof.json\n[INFO]  snarkJS: OK!\n"
+     "proof verified in 0.41s (rapidsnark), 0 errors\n", "proof verified"),
+    ("ERROR: pip's dependency resolver does not currently take into account all the packages that are installed.\n"
+     "Successfully installed torch-2.3.1+cu121\n+ echo 'setup done'\nsetup done\n", "setup done"),
+], ids=["azcopy-status", "horovod-total", "verified", "setup-done"])
+def test_a_run_that_reports_its_end_in_other_words_is_finished(tmp_path: Path, text: str, evidence: str) -> None:
+    result = dg.analyze(finished_facts(tmp_path, text))
+    assert result["verdict"]["code"] == "finished", result["verdict"]
+    assert any(evidence in e["text"] for e in by_code(result)["finished"]["evidence"])
+
+
+def test_a_validation_pass_is_not_compared_with_the_training_steps() -> None:
+    train = ["Epoch 3:  %d%%|#| %d/1000 [01:00<10:00,  3.35it/s, loss=0.9]" % (i // 10, i) for i in range(1, 41)]
+    val = ["Validation DataLoader 0:  %d%%|#| %d/100 [04:47<06:53,  7.11s/it]" % (i, i) for i in range(1, 41)]
+    lines = train + val
+    assert step_slowdown(lines, list(range(len(lines)))) is None
+    slower = train + ["Epoch 3:  %d%%|#| %d/1000 [01:00<10:00,  0.50it/s, loss=0.9]" % (50, 500 + i) for i in range(10)]
+    assert step_slowdown(slower, list(range(len(slower)))) is not None
+
+
+def test_a_warning_the_program_logs_does_not_head_a_working_servers_verdict(tmp_path: Path) -> None:
+    now = time.time()
+    (tmp_path / "tgi.log").write_text(
+        "2024-06-26T08:11:10.119322Z  WARN text_generation_launcher: Could not import Mamba: No module named "
+        "'mamba_ssm'\n2024-06-26T08:11:30.501Z  INFO text_generation_router: Connected\n"
+        "2024-06-26T08:12:01.221Z  INFO generate{parameters=..} text_generation_router::server: Success\n")
+    os.utime(str(tmp_path / "tgi.log"), (now - 5, now - 5))
+    procs = [rec(700, 1, "text-generation-launcher --model-id bigscience/bloom-560m --port 8080", start=now - 600)]
+    facts = {"now": now, "benchmark": {"match": ["text-generation-launcher"]}, "logs": logs_of(tmp_path),
+             "files": [], "processes": procs, "stall_seconds": 120,
+             "gpu": {"state": "ok", "devices": [gpu(0, 70.0, holder=700)]},
+             "activity": activity(act(700, listen=[8080]))}
+    result = dg.analyze(facts)
+    assert result["verdict"]["code"] == "healthy", result["verdict"]
+    assert by_code(result)["command_not_found"]["severity"] == "info"
+
+
+@pytest.mark.parametrize("line,done", [
+    ("pulling a3de86cd1c13:  69% ▕██████████████████████▏ 3.6 GB/5.2 GB  2.2 MB/s   12m04s", False),
+    ("pulling 170370233dd5... 100% ▕█████████████████████████▏  42 GB/ 42 GB", True),
+])
+def test_a_meter_with_its_percent_before_the_sizes_is_a_download(line: str, done: bool) -> None:
+    sample = parse(line)
+    assert sample is not None and sample.kind == "download" and sample.done is done
+
+
+def test_a_bar_at_zero_after_an_error_is_not_the_run_going_on(tmp_path: Path) -> None:
+    """Blind round 5: a device-side assert under torchrun, then the rank's tqdm bar redrawn at 0/993 as it exits."""
+    (tmp_path / "train.log").write_text(
+        "Traceback (most recent call last):\n  File \"supervised_finetuning.py\", line 9, in <module>\n"
+        "RuntimeError: CUDA error: device-side assert triggered\n"
+        "  0%|                                                   | 0/993 [00:03<?, ?it/s]\n"
+        "[2023-11-30 14:21:13,502] torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: 1) "
+        "local_rank: 0 (pid: 1464610) of binary: /opt/conda/bin/python\n"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n")
+    facts = {"now": time.time(), "benchmark": TRAIN_BENCH, "logs": logs_of(tmp_path), "files": [], "processes": []}
+    assert dg.analyze(facts)["verdict"]["code"] == "cuda_error"

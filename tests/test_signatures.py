@@ -17,6 +17,15 @@ from console.agent.diagnosis.signatures import (
 )
 
 CASES = [
+    # download_stalled: the tool says a part stalled (ollama pull)
+    ('time=2025-01-19T16:16:25Z level=ERROR source=download.go:370 msg="170370233dd5 part 47 stalled; retrying."',
+     "download_stalled"),
+    ("aria2c: download of chunk 12 has stalled", "download_stalled"),
+    # round 5's wordings of known classes
+    ("sh: 1: cmake: not found", "command_not_found"),
+    ("nvcc fatal   : Unsupported gpu architecture 'compute_89'", "version_mismatch"),
+    ("RuntimeError: received 0 items of ancdata", "resource_limit"),
+    ("FATAL ERROR: Reached heap limit Allocation failed - JavaScript heap out of memory", "resource_limit"),
     # transport_error: gRPC / h2 broken pipe and friends
     ('Error: status: Unavailable, message: "error sending request: broken pipe", details: []', "transport_error"),
     ("    0: transport error", "transport_error"),

@@ -58,12 +58,18 @@ COMPLETION: List[Pattern[str]] = [re.compile(p, _I) for p in (
     r"^\s*[\u2502\u2503|]?\s*Test metric\s+[\u2502\u2503|]?\s*DataLoader",
     # a retried job's last attempt says so: "Attempt 2/3 succeeded", "upload succeeded."
     r"(?<!\b0 )(?<!\bnot )(?<!\bnone )(?<!\bnever )(?<!\bnothing )\bsucceeded\s*[.!]*\s*$",
+    # a job's final status: "Final Job Status: Completed" (azcopy), "status: success"
+    r"\b(?:final |job |overall |run )*status\s*[:=]\s*(?:completed|complete|succeeded|success|successful|done|ok)\b",
+    # one step says it is done: "setup done", "training finished."
+    r"^\s*[\w-]+ (?:done|finished|complete|completed)\s*[.!]*\s*$",
+    # a verification passed: "proof verified in 0.41s", "[INFO]  snarkJS: OK!", "verification: passed"
+    r"(?<!\bnot )(?<!\bun)\bverified\b(?! false)|\bverification (?:ok|passed|succeeded|successful|true)\b|:\s*OK!?\s*$",
 )]
 # a summary figure that closes the log (only among its last CLOSING_LINES lines: the same words early in a log
 # are a model's size or a warm-up's figure): nccl-tests' "# Avg bus bandwidth : 92.34", "mean latency = 3.2 ms"
 CLOSING_LINES = 5
 CLOSING_SUMMARY = re.compile(
-    r"(?:^|[#:>\]]\s*)(?:avg|average|mean|overall|aggregate)\b[\w ()/.-]{0,40}?\s*[:=]\s*[-+]?\d", _I)
+    r"(?:^|[#:>\]]\s*)(?:avg|average|mean|overall|aggregate|total)\b[\w ()/.-]{0,40}?\s*[:=]\s*[-+]?\d", _I)
 NOT_COMPLETION = re.compile(r"\bsummary at\b|\bresults? (?:will|would|are being|is being)\b|\bno results\b", _I)
 NONZERO_EXIT = re.compile(
     r"\bexit(?:ed)?(?:\s+with)?(?:\s+(?:code|status))?\s*[:=]?\s*-?[1-9]\d*\b|returned non-zero exit status"
@@ -74,7 +80,7 @@ NONZERO_EXIT = re.compile(
 # "parameter fetch failed", "ERR" rows are caught by their log's own words); "0 failed", "no errors" are not
 FAILED_WORDS = re.compile(
     r"\[(?:ERROR|FATAL|CRITICAL)\]|^\s*(?:\S+\s+){0,3}(?:ERROR|FATAL|CRITICAL)\b|(?<!\b0 )(?<!\bno )"
-    r"\b(?:failed|aborted|not complete|error occurred|FAILURE|FAULTY)\b",
+    r"\b(?:failed|aborted|not complete|error occurred|FAILURE|FAULTY)\b(?!\s*[:=]\s*0\b)",
 )
 
 

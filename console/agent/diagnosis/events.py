@@ -204,13 +204,16 @@ def cleared(ep: Episode, lines: List[str], start: int) -> bool:
 
 
 def last_resumed(lines: List[str], bench_re: Optional[Pattern[str]]) -> int:
-    """The index of the last line that shows work going on (progress, a success, a completion), or -1."""
+    """The index of the last line that shows work going on (progress, a success, a completion), or -1. A meter
+    with nothing done (``0%| 0/993``: a bar redrawn as its program exits) shows no work going on."""
     for i in range(len(lines) - 1, -1, -1):
         text = lines[i]
         if not text.strip():
             continue
         resumed = RESUMED_RE.search(text) is not None and RESUMED_BUT_FAILED_RE.search(text) is None
-        if resumed or signatures.is_completion(text) or progress.parse(text, bench_re) is not None:
+        sample = progress.parse(text, bench_re)
+        moving = sample is not None and not (sample.percent == 0 and sample.amount.strip("0. ") == "")
+        if resumed or signatures.is_completion(text) or moving:
             return i
     return -1
 

@@ -64,14 +64,16 @@ SERVING_RE = re.compile(
 LOADING_RE = re.compile(
     r"\bload(?:ing)?\b.{0,40}\b(?:checkpoint|shards?|weights?|model|safetensors|tensors|state dict|params)"
     r"|\b(?:checkpoint|shards?|weights?|model|safetensors)\b.{0,20}\bload(?:ing)?\b|\bdownloading\b|\bfetching\b"
-    r"|Load weight begin|\bloading\b.{0,60}\b(?:\d+%|\d+/\d+)",
+    r"|Load weight begin|\bloading\b.{0,60}\b(?:\d+%|\d+/\d+)"
+    r"|\bcompil(?:e|es|ing)\b|\bcapturing (?:cuda |cudagraph |the )?graphs?\b|\bwarming up\b|\bautotun"
+    r"|\bbuilding (?:the )?(?:engine|extension|wheel|kernels?)\b|\bprofil(?:e|ing) run\b",
     re.IGNORECASE,
 )
 # programs that build what the run needs before it starts: a JIT-compiled extension (ninja, cc1plus, nvcc),
 # a wheel, a crate
 BUILD_PROGRAM_RE = re.compile(
     r"^(?:ninja|make|cmake|cc1|cc1plus|c\+\+|g\+\+|gcc|clang(?:\+\+)?|ld|nvcc|cicc|ptxas|fatbinary|cudafe\+\+"
-    r"|cargo|rustc|pip|pip3|uv|maturin)$")
+    r"|cargo|rustc|pip|pip3|uv|maturin|trtllm-build|[\w.]+[-_]build)$")
 CHECKPOINT_RE = re.compile(r"\bsav(?:e|ing)\b.{0,40}\bcheckpoints?\b|\bcheckpoint(?:ing)?\b.{0,20}\bsav", re.IGNORECASE)
 
 

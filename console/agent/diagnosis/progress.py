@@ -39,6 +39,9 @@ PB_RE = re.compile(r"([\d.]+ [KMGT]?i?B) / ([\d.]+ [KMGT]?i?B) \[[=>\-]*\]\s+([\
 # (aria2c), "512 MiB of 4 GiB, 12%": an amount with its unit over a total with its unit, then a percent
 SIZED_RE = re.compile(
     r"([\d.]+\s?[KMGTPE]i?B)\s*(?:/|\bof\b)\s*([\d.]+\s?[KMGTPE]i?B)\W{0,4}(\d{1,3}(?:\.\d+)?)\s?%")
+# the same with the percent first: "pulling 6a0746a1ec1a...  45% ▕████     ▏ 2.1 GB/4.7 GB  2.0 MB/s" (ollama)
+SIZED_AFTER_RE = re.compile(
+    r"(\d{1,3}(?:\.\d+)?)\s?%[^\w\n]{0,120}?([\d.]+\s?[KMGTPE]i?B)\s*(?:/|\bof\b)\s*([\d.]+\s?[KMGTPE]i?B)")
 DOWNLOAD_DESC_RE = re.compile(
     r"\.(?:safetensors|bin|gguf|params|pt|pth|ckpt|tar|gz|zip|json|vk|srs)\b|download|fetch", re.IGNORECASE)
 # the benchmark's own progress (``[benchmark] progress`` replaces it)
@@ -138,6 +141,11 @@ def parse(text: str, bench_re: Optional[Pattern[str]] = None) -> Optional[Sample
         pct = float(last.group(3))
         if pct <= 100.0:
             return Sample("download", last.group(1), pct, None, pct >= 100.0)
+    last = _last(SIZED_AFTER_RE, text)
+    if last is not None:
+        pct = float(last.group(1))
+        if pct <= 100.0:
+            return Sample("download", last.group(2), pct, None, pct >= 100.0)
     m = CURL_BAR_RE.match(text)
     if m:
         pct = float(m.group(1))
@@ -303,6 +311,25 @@ def _duration_series(lines: List[str], events: List[int]) -> List[List[Pace]]:
     return out
 
 
+def _loop_label(text: str) -> str:
+    """Which loop a progress line is of: its words before the meter, numbers blanked ("Epoch #:", "Validation
+    DataLoader #:"), so a validation pass is never compared with the training steps."""
+    cut = text.find("%|")
+    if cut < 0:
+        rate = RATE_RE.search(text)
+        cut = rate.start() if rate is not None else min(len(text), 40)
+    head = text[:cut]
+    return re.sub(r"\d+(?:\.\d+)?", "#", head).strip()[:40]
+
+
+def _by_loop(series: List[Pace], lines: List[str]) -> List[List[Pace]]:
+    """The paces split by the loop their line belongs to (a line's label, see ``_loop_label``)."""
+    groups: Dict[str, List[Pace]] = {}
+    for pace in series:
+        groups.setdefault(_loop_label(lines[pace.at]), []).append(pace)
+    return list(groups.values())
+
+
 def _slowdown(series: List[Pace]) -> Optional[Tuple[float, str, str, int]]:
     """The factor when the recent paces are SLOWDOWN times slower than the first half's (medians)."""
     if len(series) < MIN_PACES:
@@ -355,9 +382,12 @@ def step_slowdown(lines: List[str], events: List[int], stamp_of: Any = None,
     median of the last sixth, at least 3 paces), else None. A bar redrawn in place (``repaints``: the states
     of its last line) is read state by state."""
     series: List[Pace] = []
-    if repaints and events:
-        series = [p for p in (_printed_pace(events[-1], t) for t in repaints) if p is not None]
+    if repaints and events:  # the states of the bar redrawn in place: those of its current loop only
+        loop = _loop_label(repaints[-1])
+        series = [p for p in (_printed_pace(events[-1], t) for t in repaints if _loop_label(t) == loop)
+                  if p is not None]
     if len(series) < MIN_PACES:
         series = paces(lines, events[-400:], stamp_of, bench_re)
-    found = [f for f in map(_slowdown, [series, *_duration_series(lines, events[-400:])]) if f is not None]
+    loops = _by_loop(series, lines) if series and len(series) == len(set(p.at for p in series)) else [series]
+    found = [f for f in map(_slowdown, [*loops, *_duration_series(lines, events[-400:])]) if f is not None]
     return max(found, key=lambda f: f[0]) if found else None

@@ -112,7 +112,8 @@ SIGNATURES: List[Signature] = [
          r"Too many open files|\bEMFILE\b|os error 24\b|Errno 24\]|Os \{ code: 24,|can't start new thread"
          r"|fork: (?:retry: )?Resource temporarily unavailable|pthread_create.{0,80}Resource temporarily unavailable"
          r"|Thread creation failed: Resource temporarily unavailable|failed to create new OS thread"
-         r"|RLIMIT_NPROC|RLIMIT_NOFILE|file-max limit \d+ reached",
+         r"|RLIMIT_NPROC|RLIMIT_NOFILE|file-max limit \d+ reached"
+         r"|received 0 items of ancdata|JavaScript heap out of memory|Reached heap limit Allocation failed",
          "a per-process limit was hit (open files, processes/threads): raise it (ulimit -n / -u, the container's "
          "limits) or use fewer workers/threads"),
     _sig("cuda_oom", "error",
@@ -149,11 +150,17 @@ SIGNATURES: List[Signature] = [
          "a file or directory could not be opened or written (owner/mode)"),
     _sig("address_in_use", "error", r"Address already in use|EADDRINUSE|errno: 98\b|Errno 98\b|AddrInUse",
          "a port is still held (an old server or daemon is probably still running)"),
+    # pip's resolver notice ("X requires Y, but you have Z which is incompatible") after an install that went on:
+    # a warning about the environment; the error is what fails because of it (an import, a missing symbol)
+    _sig("version_mismatch", "warning", r", but you have [\w.\[\]-]+ [\w.+-]+ which is incompatible",
+         "pip installed packages whose declared requirements conflict: a warning until something fails on it"),
     _sig("version_mismatch", "error",
          r"undefined symbol\b|version [`'\u2018][\w.]+' not found"
          r"|compiled (?:using|against) (?:NumPy|API version|ABI version)|were compiled with different CUDA"
          r"|mismatches the version that was used to compile|xFormers was built for"
          r"|does not match the version (?:that was )?used to (?:compile|build)"
+         r"|Unsupported gpu architecture '(?:compute|sm)_\d+'"
+         r"|nvcc fatal\s*:\s*Value '(?:sm|compute)_\d+' is not defined"
          r"|\bversion of [\w.+-]{1,30} that does not match\b"
          r"|is not compatible with the current PyTorch installation|is not compatible with this version of"
          r"|no kernel image is available for execution|NoKernelImageForDevice|CUDA_ERROR_NO_BINARY_FOR_GPU"
@@ -200,12 +207,15 @@ SIGNATURES: List[Signature] = [
          r"|\bIncompleteRead\(\d+ bytes read|ContentTooShortError|ChunkedEncodingError|Connection broken: "
          r"|retrieval incomplete: got only"
          r"|\bDownload aborted\b|\berrorCode=[1-9]\d* .{0,200}\b(?:Size mismatch|Network problem|Resource not found"
-         r"|Timeout|Connection)|\b(?:fetch|transfer|retrieval)\w* failed\b"
+         r"|Timeout|Connection)|\b(?:fetch|transfer|retrieval)\w* failed\b(?!\s*[:=]\s*0\b)"
          r"|fetch\w*\b.{0,160}(?:connection reset|reset by peer|unexpected EOF|broken pipe|timed out|i/o timeout"
          r"|connection refused|no route to host)"
          r"|download\w*\b.{0,160}(?:connection reset|reset by peer|unexpected EOF|broken pipe|timed out|i/o timeout"
          r"|connection refused|no route to host)",
          "a download failed (network, DNS, or the URL is wrong/forbidden/gated)"),
+    _sig("download_stalled", "error",
+         r"\bstalled; retrying\b|\b(?:download|transfer|part \d+|chunk)\w*\b.{0,60}\b(?:has |is )?stalled\b",
+         "a download's bytes stopped moving (the tool says so: a part stalled and is retried)"),
     _sig("diverged", "warning",
          r"loss[\"']?\s*[:=]\s*[\"']?[-+]?(?:nan|inf|infinity)\b|\bloss is (?:nan|inf)\b"
          r"|NaN or Inf found in input tensor|returned nan values in its \d+\w* output|found NaN in (?:local )?grad norm"
@@ -261,6 +271,7 @@ SIGNATURES: List[Signature] = [
          "a launcher or wrapper reported that a child failed (what the child printed is the cause)"),
     _sig("command_not_found", "error",
          r"command not found|No module named |cannot import name|\bnvcc: not found|/bin/sh: \d+: \S+: not found"
+         r"|(?:^|\s)(?:ba|da|z)?sh: (?:line )?\d+: [\w.+-]+: not found"
          r"|CUDA_HOME environment variable is not set|No such file or directory: '[^']*/nvcc'"
          r"|nvcc was not found|Could not find nvcc",
          "a command or Python module is not installed"),
@@ -280,6 +291,8 @@ HARMLESS: List[Pattern[str]] = [re.compile(p) for p in (
     r"\[c10d\] The client socket has failed to connect to .*\(errno: 111",  # torch retries until the store is up
     r"huggingface/tokenizers: The current process just got forked",
     r"TypedStorage is deprecated|FutureWarning|DeprecationWarning",
+    # pip's resolver notice about packages already installed: the install goes on ("Successfully installed")
+    r"pip's dependency resolver does not currently take into account",
     r"from LD_PRELOAD cannot be preloaded .*: ignored",  # the loader skips a missing preload and goes on
 )]
 
@@ -287,7 +300,7 @@ HARMLESS: List[Pattern[str]] = [re.compile(p) for p in (
 # up to the `note:`/backtrace): the cause it only reports. Rust prints io errors as `Os { code: N, kind, message }`.
 PANIC_CAUSES: List[Tuple[str, Pattern[str]]] = [(code, re.compile(p, re.IGNORECASE)) for code, p in (
     ("cuda_oom",
-     r"CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|(?<!runtime: )\bout of (?:device |GPU )?memory\b"),
+     r"CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|(?<!runtime: )(?<!heap )\bout of (?:device |GPU )?memory\b"),
     ("disk_full", r"\bcode: 28\b|No space left|StorageFull|\bENOSPC\b"),
     ("resource_limit", r"\bcode: 24\b|Too many open files|\bEMFILE\b"),
     ("permission_denied", r"\bcode: 13\b|Permission denied|PermissionDenied|\bEACCES\b"),
