@@ -229,7 +229,9 @@ def test_restart_over_ssh_replaces_the_chain_and_is_audited(
     result = cli(tmp_path, "restart", "box1", "--yes", "--fleet", str(fleet))
 
     assert result.returncode == 0, result.stderr
-    m = re.fullmatch(r"box1: restarted: stopped (\d+) processes, started pid (\d+)", result.stdout.strip())
+    # what it stops first (the plan, for the record), then the outcome as the last line
+    last = result.stdout.strip().splitlines()[-1]
+    m = re.fullmatch(r"box1: restarted: stopped (\d+) processes, started pid (\d+)", last)
     assert m, result.stdout
     new_pid = int(m.group(2))
     assert int(m.group(1)) >= 1

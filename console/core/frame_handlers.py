@@ -45,8 +45,9 @@ def _on_hello(inst: InstanceState, raw: Frame, now: float) -> None:
     )
     if features.get("simulated_gpu"):
         inst.gpu_simulated = True
-    # A new session says again what GPUs it has: an old session's "no GPU" is not this one's (issue 35)
-    inst.gpu_state, inst.gpu_message = None, None
+    # A new session says again what GPUs it has: an old session's "no GPU" is not this one's (issue 35); its
+    # hello may say it already ("no_gpu": no NVML, no nvidia-smi)
+    inst.gpu_state, inst.gpu_message = ("no_gpu" if features.get("gpu") == "no_gpu" else None), None
     hb = frame.get("heartbeat_interval")
     if isinstance(hb, (int, float)) and hb > 0:
         inst.heartbeat_interval = float(hb)
