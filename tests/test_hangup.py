@@ -49,19 +49,33 @@ def start_console(tmux: Tmux, sshd: Sshd, tmp_path: Path) -> tuple[int, Path]:
     return pid, fleet
 
 
+def stop_if_alive(pid: int) -> None:
+    """A console that outlived the test (the bug this file is about) is stopped, not left spinning."""
+    if alive(pid):
+        os.kill(pid, signal.SIGKILL)
+
+
 def test_killed_tmux_pane_ends_the_console_and_its_agents(tmux: Tmux, sshd: Sshd, tmp_path: Path) -> None:
     pid, _ = start_console(tmux, sshd, tmp_path)
-    subprocess.run(["tmux", "-L", tmux.socket, "kill-pane", "-t", "main"], check=False, timeout=20)
-    until_sync(lambda: not alive(pid), 10, "the console to end when its pane is killed", interval=0.2)
-    until_sync(lambda: not sshd.session_pids(), 15, "the agent's SSH session to end with the console", interval=0.2)
+    try:
+        subprocess.run(["tmux", "-L", tmux.socket, "kill-pane", "-t", "main"], check=False, timeout=20)
+        until_sync(lambda: not alive(pid), 10, "the console to end when its pane is killed", interval=0.2)
+        until_sync(lambda: not sshd.session_pids(), 15, "the agent's SSH session to end with the console",
+                   interval=0.2)
+    finally:
+        stop_if_alive(pid)
 
 
 def test_sighup_quits_and_sigusr1_does_not(tmux: Tmux, sshd: Sshd, tmp_path: Path) -> None:
     """SIGUSR1 is the TUI's reload signal: it reloads, says so, and the console stays."""
     pid, _ = start_console(tmux, sshd, tmp_path)
-    os.kill(pid, signal.SIGUSR1)
-    tmux.wait_for(lambda s: "fleet.toml: reloaded: 2 instances" in s, what="the reload's toast after SIGUSR1")
-    assert alive(pid) and sshd.session_pids()
-    os.kill(pid, signal.SIGHUP)  # the terminal hung up: quit, links closed
-    until_sync(lambda: not alive(pid), 10, "the console to end on SIGHUP", interval=0.2)
-    until_sync(lambda: not sshd.session_pids(), 15, "the agent's SSH session to end with the console", interval=0.2)
+    try:
+        os.kill(pid, signal.SIGUSR1)
+        tmux.wait_for(lambda s: "fleet.toml: reloaded: 2 instances" in s, what="the reload's toast after SIGUSR1")
+        assert alive(pid) and sshd.session_pids()
+        os.kill(pid, signal.SIGHUP)  # the terminal hung up: quit, links closed
+        until_sync(lambda: not alive(pid), 10, "the console to end on SIGHUP", interval=0.2)
+        until_sync(lambda: not sshd.session_pids(), 15, "the agent's SSH session to end with the console",
+                   interval=0.2)
+    finally:
+        stop_if_alive(pid)
