@@ -194,3 +194,22 @@ def test_a_bar_at_zero_after_an_error_is_not_the_run_going_on(tmp_path: Path) ->
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n")
     facts = {"now": time.time(), "benchmark": TRAIN_BENCH, "logs": logs_of(tmp_path), "files": [], "processes": []}
     assert dg.analyze(facts)["verdict"]["code"] == "cuda_error"
+
+
+def test_a_cause_in_the_configured_log_outranks_one_in_a_stray_file(tmp_path: Path) -> None:
+    """Issue 35 item 2: another program's fresh output in the watch dir ('permission denied', earlier) does not
+    outrank the benchmark log's own 'No space left on device'; a kernel line still counts beside the log."""
+    now = time.time()
+    bench_dir, stray_dir = tmp_path / "bench", tmp_path / "stray"
+    bench_dir.mkdir()
+    stray_dir.mkdir()
+    (stray_dir / "other-tool.log").write_text("2026-12-06 09:58:01 ERROR open /var/lib/x: Permission denied\n")
+    (bench_dir / "benchmark-full.log").write_text(
+        "2026-12-06 10:00:05 proof 1/10 done\n2026-12-06 10:00:09 Error: No space left on device (os error 28)\n")
+    for f, age in ((stray_dir / "other-tool.log", 600), (bench_dir / "benchmark-full.log", 50)):
+        os.utime(str(f), (now - age, now - age))
+    logs = [*logs_of(stray_dir), dict(logs_of(bench_dir)[0], configured=True)]
+    facts = {"now": now, "benchmark": TRAIN_BENCH, "logs": logs, "files": [], "processes": []}
+    assert dg.analyze(facts)["verdict"]["code"] == "disk_full"
+    logs[-1]["configured"] = False  # nobody named it: the earliest cause leads, as before
+    assert dg.analyze(facts)["verdict"]["code"] == "permission_denied"

@@ -158,7 +158,8 @@ def test_demo_in_an_80x24_tmux_pane(tmux: Tmux, tmp_path: Path) -> None:
 
     # the operator's loop: restart, and the old verdict goes with the run it described
     tmux.keys("r")
-    tmux.wait_for(lambda s: "Restart" in s and "warmup-04" in s, what="confirm dialog")
+    # the dialog opens once the host said what the restart stops (its plan), with its buttons
+    tmux.wait_for(lambda s: "Restart (y)" in s and "then start:" in s, what="confirm dialog with the plan")
     tmux.keys("y")
     log = next(tmp_path.glob("fleet-demo-*/warmup-04/tmp/benchmark-full.log"))
     restarted_at = time.monotonic()

@@ -4,11 +4,14 @@ A benchmark the agent restarts must outlive the agent (a console that disconnect
 not show up in the process tree as the console's child. So a short-lived interpreter forks it (the program
 then leads its own session and group), reports its pid on a pipe, watches it for ``check_seconds`` (a start
 that dies at once reports its exit status) and exits: the program is re-parented to init (or the nearest
-subreaper). The wrapper is a constant script; the program's argv is passed as arguments, never as shell text.
+subreaper). The wrapper is a constant script; the program's argv is passed as JSON on its stdin (never as shell
+text, and not on the wrapper's own command line, where it would look like the benchmark).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
 import os
 import subprocess
@@ -20,8 +23,8 @@ from typing import Dict, List, Optional, Tuple
 # (pgid == pid, so a restart stops it by group); the report pipe is closed before it execs; a program that
 # cannot be executed exits 127, as a shell's does.
 WRAPPER = """
-import os, sys, time
-fd, ticks, argv = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+import json, os, sys, time
+fd, ticks, argv = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.stdin.read())
 pid = os.fork()
 if pid == 0:
     try:
@@ -52,12 +55,18 @@ def spawn_detached(argv: List[str], cwd: Optional[str], env: Dict[str, str], out
     read_end, write_end = os.pipe()
     ticks = max(1, math.ceil(check_seconds / 0.1))
     try:
+        # the program's argv goes on stdin, not on the wrapper's command line: for its second of life the
+        # wrapper must not look like the benchmark to anything that matches command lines
         wrapper = subprocess.Popen(
-            [sys.executable, "-I", "-c", WRAPPER, str(write_end), str(ticks), *argv], cwd=cwd, env=env,
-            stdin=subprocess.DEVNULL, stdout=out_fd, stderr=out_fd, pass_fds=(write_end,), close_fds=True,
+            [sys.executable, "-I", "-c", WRAPPER, str(write_end), str(ticks)], cwd=cwd, env=env,
+            stdin=subprocess.PIPE, stdout=out_fd, stderr=out_fd, pass_fds=(write_end,), close_fds=True,
         )
     finally:
         os.close(write_end)
+    assert wrapper.stdin is not None
+    with contextlib.suppress(BrokenPipeError):
+        wrapper.stdin.write(json.dumps(list(argv)).encode())
+    wrapper.stdin.close()
     report = _read_all(read_end, check_seconds + 10.0)
     try:
         wrapper.wait(timeout=check_seconds + 10.0)

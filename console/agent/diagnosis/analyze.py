@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Collection, Dict, List, Optional, Tuple
 
 from ..wire.config import DEFAULTS
 from ..wire.protocol import DiagnosisResult, Evidence, Verdict
@@ -411,8 +411,8 @@ def _brief(code: str, head: Item, now: float) -> str:
 
 
 def verdict(items: List[Item], procs: Processes, finished: Optional[Item], now: float,
-            steps: List[Step], notes: Optional[List[str]] = None) -> Verdict:
-    code, head = rank.choose(items, procs.young_entry, finished, list(procs.starting_evidence))
+            steps: List[Step], notes: Optional[List[str]] = None, named: Collection[str] = ()) -> Verdict:
+    code, head = rank.choose(items, procs.young_entry, finished, list(procs.starting_evidence), named)
     if code == "healthy":
         what = "%s running" % plural(len(procs.bench), "benchmark process") if procs.bench else "nothing wrong found"
         head.summary = "healthy: %s" % "; ".join([what, *list(notes or [])[:2]])
@@ -447,7 +447,8 @@ def analyze(facts: Dict[str, Any]) -> DiagnosisResult:
     gpu_state(facts, procs, live, items, steps, notes)
     procs = still_loading(facts, progress, procs, live, steps)
     finished = completion(facts, procs, items, now)
-    result_verdict = verdict(items, procs, finished, now, steps, notes)
+    named = {str(log["path"]) for log in facts.get("logs") or [] if log.get("configured")}
+    result_verdict = verdict(items, procs, finished, now, steps, notes, named)
     findings = [i for i in items]
     findings.sort(key=lambda i: (-SEVERITY_LEVEL.get(i.severity, 0), -codes.rank(i.code)))
     if finished is not None and result_verdict["code"] == "finished":

@@ -46,13 +46,18 @@ def _earliest_cause(causes: List[Item]) -> Item:
     return max(window, key=lambda i: (codes.rank(i.code), -(i.time or 0.0), -i.order))
 
 
-def head_of(items: List[Item]) -> Optional[Item]:
-    """The finding that explains the others (None: nothing of warning severity or above)."""
+def head_of(items: List[Item], named: Collection[str] = ()) -> Optional[Item]:
+    """The finding that explains the others (None: nothing of warning severity or above). ``named``: the logs the
+    operator configured; when a cause is reported there (or by the kernel), causes found only in other files
+    (strays in a watch dir, another program's output) do not outrank it."""
     current = [i for i in items if i.role == "current" and _level(i) >= 1]
     hardware = [i for i in current if codes.tier(i.code) == "hardware"]
     if hardware:
         return max(hardware, key=lambda i: (codes.rank(i.code), _level(i), -(i.time or 0.0)))
     causes = [i for i in current if codes.tier(i.code) == "cause"]
+    own = [i for i in causes if any(e.get("path") in named or e.get("path") == "dmesg" for e in i.evidence)]
+    if named and any(any(e.get("path") in named for e in i.evidence) for i in own):
+        causes = own
     errors = [i for i in causes if _level(i) >= 2]
     if errors or causes:
         return _earliest_cause(errors or causes)
@@ -66,7 +71,7 @@ def is_starting(items: List[Item], young_entry: Optional[str]) -> bool:
 
 
 def choose(items: List[Item], young_entry: Optional[str], finished: Optional[Item],
-           starting_evidence: Optional[List[Any]] = None) -> Tuple[str, Item]:
+           starting_evidence: Optional[List[Any]] = None, named: Collection[str] = ()) -> Tuple[str, Item]:
     """``(verdict code, the finding behind it)``; mutates the symptoms' severity/role as the verdict decides.
     ``starting_evidence``: the line that shows what a starting run is doing (a moving meter, a build)."""
     starting = is_starting(items, young_entry)
@@ -78,7 +83,7 @@ def choose(items: List[Item], young_entry: Optional[str], finished: Optional[Ite
                     i.summary = young_entry
                 else:
                     i.summary += " (still setting up)"
-    head = head_of(items)
+    head = head_of(items, named)
     if head is not None:
         return head.code, head
     if finished is not None:
