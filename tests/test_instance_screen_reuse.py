@@ -38,6 +38,7 @@ async def test_the_next_instance_opened_shows_none_of_the_last_ones_logs_views_o
         await wait_until(pilot, lambda: panel.selected == 1, what="the second GPU chosen")
         await pilot.press("escape")
         await wait_until(pilot, lambda: app.screen is not screen, what="back on the grid")
+        await wait_until(pilot, lambda: grid.has_focus, what="the grid focused again (its keys move the cursor)")
 
         await pilot.press("right" if grid._names.index(first) + 1 < len(grid._names) else "left")
         await wait_until(pilot, lambda: grid.cursor_name != first, what="the cursor on another instance")
