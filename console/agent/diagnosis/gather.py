@@ -20,7 +20,7 @@ import subprocess
 import time
 from typing import Any, Dict, List, Optional
 
-from ..sample.logread import named_paths
+from ..sample.logread import named_paths, watched_entries
 from ..wire.config import DEFAULTS, AgentConfig, as_list, compile_patterns, plain, watch_dirs
 from ..wire.procmatch import matches_program
 from . import activity, signatures
@@ -30,14 +30,12 @@ from .text import short
 TAIL_LINES = 2000
 MAX_LOGS = 30
 LOG_SUFFIXES = (".log", ".out", ".err")
-MAX_DEPTH = 8  # subdirectories searched below a recursive (``DIR/**``) watch dir
 
 
 def watched_files(config: AgentConfig, max_files: int = 200, max_scan: int = 5000) -> List[Dict[str, Any]]:
     """Regular files at the top of the watched dirs (below too for a ``DIR/**`` entry; symlinks never followed),
     plus the configured logs (``configured: true``; they may be symlinks): path, mtime, size."""
     out: Dict[str, Dict[str, Any]] = {}
-    scanned = 0
     for path in named_paths(config):
         try:
             st = os.stat(path)
@@ -45,25 +43,14 @@ def watched_files(config: AgentConfig, max_files: int = 200, max_scan: int = 500
             continue
         if stat.S_ISREG(st.st_mode):
             out[path] = {"path": path, "mtime": st.st_mtime, "size": st.st_size, "configured": True}
-    for top, recursive in watch_dirs(config):
-        stack = [(top, 0)]
-        while stack and scanned < max_scan:
-            d, depth = stack.pop()
-            try:
-                with os.scandir(d) as it:
-                    entries = list(it)
-            except OSError:
-                continue
-            for entry in entries:
-                scanned += 1
-                try:
-                    if entry.is_file(follow_symlinks=False) and entry.path not in out:
-                        st = entry.stat(follow_symlinks=False)
-                        out[entry.path] = {"path": entry.path, "mtime": st.st_mtime, "size": st.st_size}
-                    elif recursive and depth < MAX_DEPTH and entry.is_dir(follow_symlinks=False):
-                        stack.append((entry.path, depth + 1))
-                except OSError:
-                    continue
+    for entry in watched_entries(watch_dirs(config), max_scan):
+        if entry.path in out:
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        out[entry.path] = {"path": entry.path, "mtime": st.st_mtime, "size": st.st_size}
     files = sorted(out.values(), key=lambda f: -f["mtime"])
     return files[:max_files]
 

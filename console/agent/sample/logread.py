@@ -74,6 +74,35 @@ def discoverable(path: str, dirs: WatchDirs, any_depth: bool = False) -> bool:
     return any(parent == d or ((recursive or any_depth) and _under(real, d)) for d, recursive in dirs)
 
 
+MAX_DEPTH = 8  # subdirectories searched below a recursive (``DIR/**``) watch dir
+
+
+def watched_entries(dirs: Sequence[Tuple[str, bool]], max_scan: int) -> Iterator[os.DirEntry]:
+    """The regular files the watch dirs hold (symlinks never followed, never returned): at the top of each
+    directory, and below it for a recursive one (symlinked subdirectories are not entered; at most MAX_DEPTH
+    levels). At most ``max_scan`` directory entries are looked at in all. The one walk the follower
+    (``logs.py``) and the diagnosis (``gather.py``) share."""
+    scanned = 0
+    for top, recursive in dirs:
+        stack = [(top, 0)]
+        while stack and scanned < max_scan:
+            directory, depth = stack.pop()
+            try:
+                with os.scandir(directory) as it:
+                    entries = list(it)
+            except OSError:
+                continue
+            for entry in entries:
+                scanned += 1
+                try:
+                    if entry.is_file(follow_symlinks=False):
+                        yield entry
+                    elif recursive and depth < MAX_DEPTH and entry.is_dir(follow_symlinks=False):
+                        stack.append((entry.path, depth + 1))
+                except OSError:
+                    continue
+
+
 def allowed_path(config: Mapping[str, Any], path: str) -> str:
     """The real path to open for ``path``, or ``PermissionError`` when it is no log of this agent.
 

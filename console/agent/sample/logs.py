@@ -39,10 +39,10 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 from ..wire.config import as_list, watch_dirs
 from ..wire.frames import log_frame
 from ..wire.loglines import BATCH_LINES, backlog_frame, batch_frames, clean_line, keep_partial
+from .logread import watched_entries
 
 DISCOVER_EVERY = 5.0
 MAX_DISCOVERED = 32
-MAX_DEPTH = 8  # subdirectories searched below a recursive (``DIR/**``) watch dir
 MAX_SCAN = 5000  # directory entries looked at per scan
 NOFOLLOW = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 MISSING_FORGET = 60.0  # a discovered file missing this long is no longer followed
@@ -307,28 +307,14 @@ def _stat(f: _File) -> Optional[os.stat_result]:
 
 
 def _found_logs(dirs: List[Tuple[str, bool]]) -> List[Tuple[str, float]]:
-    """``(path, mtime)`` of the regular ``*.log`` files (symlinks skipped, never followed) at the top of each watch
-    dir, and below it for a recursive one (symlinked subdirectories are not entered)."""
+    """``(path, mtime)`` of the regular ``*.log`` files the watch dirs hold (``logread.watched_entries``)."""
     out: List[Tuple[str, float]] = []
-    scanned = 0
-    for top, recursive in dirs:
-        stack = [(top, 0)]
-        while stack and scanned < MAX_SCAN:
-            directory, depth = stack.pop()
+    for entry in watched_entries(dirs, MAX_SCAN):
+        if entry.name.endswith(".log"):
             try:
-                with os.scandir(directory) as it:
-                    entries = list(it)
+                out.append((entry.path, entry.stat(follow_symlinks=False).st_mtime))
             except OSError:
                 continue
-            for entry in entries:
-                scanned += 1
-                try:
-                    if entry.name.endswith(".log") and entry.is_file(follow_symlinks=False):
-                        out.append((os.path.join(directory, entry.name), entry.stat(follow_symlinks=False).st_mtime))
-                    elif recursive and depth < MAX_DEPTH and entry.is_dir(follow_symlinks=False):
-                        stack.append((entry.path, depth + 1))
-                except OSError:
-                    continue
     return out
 
 
