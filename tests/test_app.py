@@ -20,6 +20,7 @@ from console.core.controller import FleetController
 from console.inventory import Fleet, Instance
 from console.ui.app import DEMO_BANNER, FleetApp
 from tests.support.app import NAMES, all_live, make_app, make_fleet, open_screen, screen_text, wait_until
+from tests.support.procs import process_group
 from tests.support.wait import until
 from widgets.confirm_screen import ConfirmScreen
 from widgets.fleet_grid import FleetGrid
@@ -74,7 +75,9 @@ async def test_grid_at_200x60_shows_boxed_panes_with_a_line_per_gpu(tmp_path: Pa
 
 async def test_enter_opens_instance_screen_with_tabs_and_escape_returns(tmp_path: Path) -> None:
     app = make_app(tmp_path)
-    async with app.run_test(size=(80, 24)) as pilot:
+    # a small tree of its own to show: a CI container may hold little else than the console's own chain, which
+    # the Processes tab hides (a local agent's ancestors are this test's process and what started it)
+    async with process_group("sh", "-c", "sleep 300 & sleep 300 & wait") as work, app.run_test(size=(80, 24)) as pilot:
         await wait_until(pilot, lambda: all_live(app), what="live agents")
         name = app.query_one(FleetGrid).cursor_name
         await pilot.press("enter")
@@ -85,7 +88,8 @@ async def test_enter_opens_instance_screen_with_tabs_and_escape_returns(tmp_path
         assert "GPU state: ok" in screen_text(app) and "SIMULATED" in screen_text(app)
         await pilot.press("2")
         tree = screen.query_one(ProcessTree)
-        await wait_until(pilot, lambda: len(tree._pt_nodes) > 3, what="process tree")
+        await wait_until(pilot, lambda: work.pid in tree._pt_nodes and tree._pt_nodes[work.pid].children,
+                         what="the test's process tree")
         assert "wchan=" in screen_text(app)
         # cursor and expansion survive updates
         tree.focus()

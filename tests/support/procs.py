@@ -1,0 +1,21 @@
+"""Processes a test starts for the console to see, stopped with their whole group when the test ends."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import AsyncIterator
+
+
+@contextlib.asynccontextmanager
+async def process_group(*argv: str) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``argv`` started in a session (and group) of its own; the group is killed and reaped on the way out."""
+    proc = await asyncio.create_subprocess_exec(*argv, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
