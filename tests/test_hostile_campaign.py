@@ -252,7 +252,8 @@ def _visit_tabs(term: Tmux, name: str, tabs: str, expect: str) -> None:
     term.keys("/")
     term.keys("-l", name)
     term.keys("Enter")
-    term.wait_for(lambda s: f"filter '{name}': 1 shown" in s, what=f"the grid filtered to {name}")
+    # (the header may wrap at a word: "... · filter" / "'agent': 1 shown")
+    term.wait_for(lambda s: f"filter '{name}': 1 shown" in " ".join(s.split()), what=f"the grid filtered to {name}")
     term.keys("Enter")
     term.wait_for(lambda s: "Processes" in s and "Logs" in s, timeout=45, what=f"{name}'s screen")
     for tab in tabs:
