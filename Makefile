@@ -21,7 +21,7 @@ demo: $(STAMP)
 
 ## Install what the tests need (OpenSSH server, tmux, Prometheus when run as root) and run the whole suite.
 test: $(STAMP) sshd-deps lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 ## The loop to run while editing: the tests that need no OpenSSH server and no tmux, less the slow ones
 ## (about 80 s on 2 cores, under load). Markers set by tests/conftest.py: sshd, tmux, and slow for the app driven
