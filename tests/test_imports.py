@@ -185,7 +185,7 @@ LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("view", ("widgets", "themes")),  # Textual widgets and themes
     ("ui", ("console.ui",)),  # the Textual app
     ("entry", ("console.headless", "console.fleet_file", "console.commands", "console.serve", "console.demo.run",
-               "console.mcp.command", "console.cli", "console.__main__")),  # commands and their wiring
+               "console.mcp.command", "console.notify.command", "console.cli", "console.__main__")),  # commands
 ]
 UPWARD: Dict[Tuple[str, str], str] = {
     # the demo's hosts (services) are started by the headless run (entry): not an upward edge; none today
