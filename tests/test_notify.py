@@ -211,7 +211,7 @@ async def test_quiet_hours_hold_the_message_until_they_end(
     tmp_path: Path, stands: tuple[HttpStandIn, SmtpStandIn]
 ) -> None:
     http, _ = stands
-    three_am = time.mktime(time.localtime()[:3] + (3, 0, 0, 0, 0, -1))
+    three_am = time.mktime((*time.localtime()[:3], 3, 0, 0, 0, 0, -1))
     notify, state = notifier(tmp_path, stands, 2, 'min_duration = "0s"\ngroup_wait = "0s"\n'
                                                   'quiet_hours = "02:00-04:00"\n')
     try:

@@ -162,7 +162,8 @@ def webhook(sink: Sink, message: Message) -> Request:
         resolved = e.kind == "resolved"
         alerts.append({"status": "resolved" if resolved else "firing", "labels": labels,
                        "annotations": {"summary": message.summary(e), "description":
-                                       f"{f.where}: {f.evidence}" if f.evidence else f.detail},
+                                       f"{f.where}: {f.evidence}" if f.evidence else f.detail,
+                                       "look": message.look(e)},
                        "startsAt": _iso(f.since), "endsAt": _iso(f.since + e.lasted) if resolved else ZERO_TIME,
                        "generatorURL": "", "fingerprint": fingerprint("fleet-console", f.name)})
     status = "resolved" if message.resolved_only else "firing"
