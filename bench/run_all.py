@@ -88,6 +88,8 @@ BENCHES = [
     Bench("inventory_bench", ["--sizes", "100,1000", "--repeat", "1"],
           lambda out: _find(r"^load_fleet\s+(\d+) instances .*?:\s+([\d.]+) s wall", out,
                             "load_fleet {0} instances {1} s")),
+    Bench("notify_latency", ["--min-duration", "1s", "--group-wait", "1s"],
+          lambda out: _find(r"^\s*slowest_s: (\S+)", out, "kill to message {0} s"), needs=("sshd",), goal_exit=3),
     Bench("open_bench", [],
           lambda out: _join(_find(r"^open ms .* median of 3-8 (\d+)", out, "open {0} ms"),
                             _find(r"^back ms .* median of 3-8 (\d+)", out, "back {0} ms"))),

@@ -12,7 +12,8 @@ from typing import cast
 
 from console import __version__
 
-COMMANDS = ("run", "demo", "check", "status", "diagnose", "restart", "mcp", "serve", "replay", "history", "agent")
+COMMANDS = ("run", "demo", "check", "status", "diagnose", "restart", "mcp", "serve", "replay", "history", "notify",
+            "agent")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,6 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--since", default="2h", help="how far back: 90s, 30m, 2h, 7d (default 2h)")
     history.add_argument("--json", action="store_true", help="machine-readable output")
 
+    notify = sub.add_parser("notify", parents=[common], help="the [[notify]] sinks: `notify test [SINK]` sends a test")
+    notify.add_argument("action", choices=["test"], help="test: send a test message, print what each sink answered")
+    notify.add_argument("sink", nargs="?", metavar="SINK", help="one sink by its name (default: all)")
+    notify.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for each sink (default 10)")
+
     sub.add_parser("agent", help="run the agent here (JSON lines on stdout); agent options follow", add_help=False)
     return parser
 
@@ -114,6 +120,7 @@ ENTRY_POINTS = {
     "replay": ("console.ui.replay", "run_replay"),
     "history": ("console.monitor.history_command", "run_history"),
     "mcp": ("console.mcp.command", "main"),
+    "notify": ("console.notify.command", "run_notify"),
 }
 
 

@@ -180,19 +180,19 @@ LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("inventory", ("console.inventory",)),  # the fleet file and its imports
     ("link", ("console.link", "console.agentless")),  # reaching the hosts
     ("core", ("console.core", "console.sources")),  # the fleet: controller, state, statuses (no UI)
-    ("monitor", ("console.monitor",)),  # observers of the state: metrics, history, alerts, recording
+    ("monitor", ("console.monitor", "console.notify")),  # observers of the state: metrics, history, alerts, notify
     ("services", ("console.mcp", "console.demo")),  # MCP over the core; the demo's hosts
     ("view", ("widgets", "themes")),  # Textual widgets and themes
     ("ui", ("console.ui",)),  # the Textual app
     ("entry", ("console.headless", "console.fleet_file", "console.commands", "console.serve", "console.demo.run",
-               "console.mcp.command", "console.cli", "console.__main__")),  # commands and their wiring
+               "console.mcp.command", "console.notify.command", "console.cli", "console.__main__")),  # commands
 ]
 UPWARD: Dict[Tuple[str, str], str] = {
     # the demo's hosts (services) are started by the headless run (entry): not an upward edge; none today
 }
 # The modules the command line dispatches to (console/cli.py ENTRY_POINTS): only the CLI imports them.
 ENTRY_POINT_MODULES = ("console.commands", "console.serve", "console.demo.run", "console.mcp.command",
-                       "console.ui.replay", "console.monitor.history_command")
+                       "console.ui.replay", "console.monitor.history_command", "console.notify.command")
 
 
 def layer_of(module: str) -> int:

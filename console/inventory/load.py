@@ -23,6 +23,7 @@ from msgspec.inspect import DictType, ListType, Metadata, StructType, UnionType,
 from console.inventory import schema, toml_text
 from console.inventory.errors import ConfigError, read_capped
 from console.inventory.imports import read_ssh_config, read_vastai_json
+from console.inventory.notify_rows import notify_specs
 from console.inventory.patterns import backtracks
 from console.inventory.probes import BUILTIN_PROBE_KEYS
 from console.inventory.records import (
@@ -38,7 +39,7 @@ from console.inventory.schema import AlertSpec, BenchmarkRow, FleetFile, ImportR
 
 DEFAULT_FLEET_PATHS = ("fleet.toml", "~/.config/fleet-console/fleet.toml")
 VASTAI_COMMAND = ("vastai", "show", "instances", "--raw")
-_ARRAYS = {"instance", "probe", "signature", "import", "alert"}
+_ARRAYS = {"instance", "probe", "signature", "import", "alert", "notify"}
 _INSTANCE_FIELDS = set(Instance.__dataclass_fields__) - {"benchmark", "agent_extra", "source"}
 _LISTS = ("tags", "logs", "watch_dirs", "jump")
 
@@ -353,6 +354,7 @@ class _Builder:
             imports=imports,
             sources=self.sources(),
             alerts=self.alerts(),
+            notify=notify_specs(doc.notify, path, self.error, lambda comps: self.lines.headers.get(tuple(comps))),
         )
         return fleet
 

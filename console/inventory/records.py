@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from console.inventory.schema import AlertSpec
+from console.inventory.schema import AlertSpec, NotifySpec
 
 
 @dataclass(frozen=True)
@@ -156,6 +156,7 @@ class Fleet:
     imports: list[ImportSpec] = field(default_factory=list)  # imports to re-run while the console runs
     sources: list[SourceSpec] = field(default_factory=list)  # [[source]] rows (Prometheus)
     alerts: list[AlertSpec] = field(default_factory=list)  # [[alert]] rules (console/monitor/alerts.py evaluates them)
+    notify: list[NotifySpec] = field(default_factory=list)  # [[notify]] sinks (console/notify/ sends to them)
 
     def get(self, name: str) -> Instance:
         for inst in self.instances:

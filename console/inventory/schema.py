@@ -68,6 +68,10 @@ DESCRIPTIONS = {
     "webhook": "an http:// or https:// URL or a list of them",
     "bell": "true or false (not a string)",
     "send_resolved": "true or false (not a string)",
+    "starttls": "true or false (not a string)",
+    "notify": "[[notify]] tables",
+    "type": "'ntfy', 'slack', 'discord', 'telegram', 'email' or 'webhook'",
+    "to": "an address or a list of them",
 }
 
 # Keys that exist, but not in the table they were written in: what to say instead of "did you mean".
@@ -213,6 +217,68 @@ class AlertSpec:
     source: str = ""
 
 
+# -- [[notify]] (console/notify/ sends to them; console/inventory/notify_rows.py checks what a type cannot say) ----
+SINK_TYPES = ("ntfy", "slack", "discord", "telegram", "email", "webhook")
+SinkType = Literal["ntfy", "slack", "discord", "telegram", "email", "webhook"]
+Duration = Annotated[str | float, Meta(description='a duration like "30s", "2m", "1h" or a number of seconds')]
+SinkName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="a name like ops-ntfy")]
+PerHour = Annotated[int, Meta(ge=1, le=3600, description="a whole number of messages from 1 to 3600")]
+
+
+class NotifyRow(Struct, forbid_unknown_fields=True, omit_defaults=True):
+    type: SinkType
+    name: SinkName | None = None
+    url: NonEmpty | None = None  # the server (ntfy), the incoming webhook, the API base (telegram); env:/file: too
+    topic: NonEmpty | None = None
+    token: NonEmpty | None = None
+    chat_id: NonEmpty | int | None = None
+    host: NonEmpty | None = None
+    port: Port | None = None
+    starttls: bool | None = None
+    user: NonEmpty | None = None
+    password: NonEmpty | None = None
+    from_: NonEmpty | None = field(default=None, name="from")
+    to: Strings | None = None
+    min_duration: Duration | None = None
+    group_wait: Duration | None = None
+    statuses: StatusName | list[StatusName] | None = None
+    instances: Strings | None = None
+    tags: Strings | None = None
+    quiet_hours: NonEmpty | None = None
+    max_per_hour: PerHour | None = None
+    send_resolved: bool | None = None
+
+
+@dataclass(frozen=True)
+class NotifySpec:
+    """A checked ``[[notify]]`` row. Secrets (``url``, ``token``, ``password``) are kept as written: an ``env:`` or
+    ``file:`` reference stays a reference here, resolved only by the notifier (console/inventory/secrets.py)."""
+
+    type: str
+    name: str
+    url: str = ""
+    topic: str = ""
+    token: str = ""
+    chat_id: str = ""
+    host: str = ""
+    port: int = 0
+    starttls: bool = True
+    user: str = ""
+    password: str = ""
+    sender: str = ""
+    to: tuple[str, ...] = ()
+    min_duration: float = 30.0
+    group_wait: float = 10.0
+    statuses: tuple[str, ...] = ("failed", "benchmark_down", "gpu_idle", "unreachable")
+    instances: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    quiet_hours: tuple[int, int] | None = None  # minutes after local midnight: start, end
+    max_per_hour: int = 30
+    send_resolved: bool = True
+    base: str = ""  # the fleet file's folder (file: references are relative to it)
+    source: str = ""
+
+
 class FleetFile(Struct, forbid_unknown_fields=True, omit_defaults=True):
     defaults: HostRow | None = None
     benchmark: BenchmarkRow | None = None
@@ -222,6 +288,7 @@ class FleetFile(Struct, forbid_unknown_fields=True, omit_defaults=True):
     imports: list[ImportRow] = field(default_factory=list, name="import")
     alert: list[AlertRow] = field(default_factory=list)
     source: list[SourceRow] = field(default_factory=list)
+    notify: list[NotifyRow] = field(default_factory=list)
 
 
 TABLE_WORDS = {  # how a message names the table a key is in
@@ -233,4 +300,5 @@ TABLE_WORDS = {  # how a message names the table a key is in
     "SignatureRow": "signature",
     "ImportRow": "import",
     "AlertRow": "alert",
+    "NotifyRow": "notify",
 }

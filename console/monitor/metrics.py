@@ -239,6 +239,11 @@ COUNTERS: dict[str, tuple[str, list[str]]] = {
     "fleet_alert_notifications": ("alert notifications queued by rule and state", ["alertname", "state"]),
     # webhook: its scheme://host[:port] (console/monitor/alerts.py webhook_names), never the URL and its secrets
     "fleet_webhook_failures": ("webhook posts that failed (each retry counts), by receiver", ["webhook"]),
+    # sink: the [[notify]] row's name (never its URL, token or password)
+    "fleet_notify_messages": ("notification messages queued, by sink", ["sink"]),
+    "fleet_notify_sent": ("notification messages the sink accepted", ["sink"]),
+    "fleet_notify_failures": ("notification sends that failed (each retry counts), by sink", ["sink"]),
+    "fleet_notify_flaps": ("troubles shorter than the sink's min_duration: counted, not sent", ["sink"]),
 }
 
 

@@ -105,6 +105,7 @@ class Monitoring:
         self.history: Any = None
         self.recorder: Any = None
         self.alerts: Any = None
+        self.notifier: Any = None  # the [[notify]] sinks (console/notify/dispatch.py)
         self.server: Any = None
         self._task: asyncio.Task[None] | None = None
         self.state.observe(self)
@@ -133,10 +134,15 @@ class Monitoring:
 
     def _counter_seeds(self) -> dict[str, list[tuple[str, ...]]]:
         """Counter label sets at 0 before their first event: each alert rule's states, each webhook."""
-        if self.alerts is None:
-            return {}
-        return {"fleet_alert_notifications": [(r.name, s) for r in self.alerts.rules for s in ("firing", "resolved")],
-                "fleet_webhook_failures": [(s.name,) for s in self.alerts.senders.values()]}
+        seeds: dict[str, list[tuple[str, ...]]] = {}
+        if self.alerts is not None:
+            seeds["fleet_alert_notifications"] = [(r.name, s) for r in self.alerts.rules
+                                                  for s in ("firing", "resolved")]
+            seeds["fleet_webhook_failures"] = [(s.name,) for s in self.alerts.senders.values()]
+        if self.notifier is not None:
+            for metric in ("fleet_notify_messages", "fleet_notify_sent", "fleet_notify_failures", "fleet_notify_flaps"):
+                seeds[metric] = [(s.spec.name,) for s in self.notifier.sinks]
+        return seeds
 
     # -- lifecycle ------------------------------------------------------------------------------------
     async def start(self, controller: FleetController) -> None:
@@ -165,6 +171,13 @@ class Monitoring:
             self.alerts = AlertEngine(rules, self.state, bell=self.bell, count=self.count)
             self.alerts.start()
             log.info("%d alert rules, %d webhooks", len(rules), len(self.alerts.senders))
+        sinks = list(getattr(self.fleet, "notify", None) or ()) if self.want_alerts else []
+        if sinks:
+            from console.notify.dispatch import Notifier
+
+            self.notifier = Notifier(sinks, self.state, count=self.count)
+            self.notifier.start()
+            log.info("notify: %s", ", ".join(f"{s.spec.name} ({s.spec.type})" for s in self.notifier.sinks) or "none")
         if self.metrics_at is not None:
             from console.monitor.metrics import FleetCollector, MetricsServer
 
@@ -182,6 +195,8 @@ class Monitoring:
                 self.state.tick()
                 if self.alerts is not None:
                     self.alerts.evaluate()
+                if self.notifier is not None:
+                    self.notifier.evaluate()
             except Exception:
                 log.exception("monitoring tick failed")
 
@@ -198,6 +213,8 @@ class Monitoring:
             await self.server.stop()
         if self.alerts is not None:
             await self.alerts.stop()
+        if self.notifier is not None:
+            await self.notifier.stop()
         if self.recorder is not None:
             self.recorder.close()
             log.info("recording closed: %s (%d lines)", self.record_path, self.recorder.lines)
