@@ -9,13 +9,13 @@ from typing import Any
 from console.web.auth import AsgiAuth, HttpSecurity, Policy
 
 
-def parse_http(value: str) -> tuple[str, int]:
-    """``PORT`` or ``HOST:PORT`` (``[v6]:PORT``); the host defaults to 127.0.0.1."""
+def parse_http(value: str, any_port: bool = False) -> tuple[str, int]:
+    """``PORT`` or ``HOST:PORT`` (``[v6]:PORT``); the host defaults to 127.0.0.1; ``any_port``: 0 is a free one."""
     host, sep, port = value.rpartition(":")
     if not sep:
         host, port = "", value
     host = host.strip("[]") or "127.0.0.1"
-    if not port.isdigit() or not 0 < int(port) < 65536:
+    if not port.isdigit() or not (0 if any_port else 1) <= int(port) < 65536:
         raise ValueError(f"--http wants HOST:PORT or PORT, not {value!r}")
     return host, int(port)
 

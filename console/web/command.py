@@ -30,7 +30,7 @@ def run_web(args: argparse.Namespace) -> int:
     if args.session:
         return run_session(args)
     try:
-        host, port = parse_http(args.bind)
+        host, port = parse_http(args.bind, any_port=True)
     except ValueError as exc:
         return fail(str(exc).replace("--http", "--bind"), prog="fleet-console web")
     if args.demo and not 1 <= args.instances <= 64:
