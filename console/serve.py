@@ -89,7 +89,7 @@ def run_serve(args: argparse.Namespace) -> int:
                     assert mcp_security is not None
                     log.info("MCP on %s://%s:%d/mcp%s (%s)", mcp_security.scheme, mcp_at[0], mcp_at[1],
                              "" if options.allow_restart and not options.read_only else " (restart refused)",
-                             mcp_security.startup_note("MCP").split(": ", 1)[1])
+                             mcp_security.describe())
                     await serve_http_until(controller, options, mcp_at[0], mcp_at[1], stop, mcp_security)
                 log.info("stopping")
         except OSError as exc:  # the metrics port taken, the record file not writable

@@ -77,7 +77,7 @@ async def _serve(args: argparse.Namespace, fleet: Any, http: tuple[str, int] | N
             host, port = http
             assert security is not None
             print(f"fleet-console mcp: serving {security.scheme}://{url_host(host)}:{port}/mcp "
-                  f"({security.startup_note('MCP').split(': ', 1)[1]})", file=sys.stderr, flush=True)
+                  f"({security.describe()})", file=sys.stderr, flush=True)
             await serve_http_until(controller, options, host, port, stop, security)
             return 0
         session = asyncio.create_task(build_server(controller, options).run_stdio_async())

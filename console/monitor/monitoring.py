@@ -175,7 +175,7 @@ class Monitoring:
                                        seeds=self._counter_seeds)
             self.server = MetricsServer(collector, *self.metrics_at, security=self.metrics_security)
             await self.server.start()
-            log.info("%s on %s", self.server.security.startup_note("metrics"), self.server.url)
+            log.info("metrics on %s (%s)", self.server.url, self.server.security.describe())
         self._task = asyncio.get_running_loop().create_task(self._ticker(), name="monitoring")
 
     async def _ticker(self) -> None:

@@ -202,10 +202,10 @@ class HttpSecurity:
     def scheme(self) -> str:
         return "https" if self.ssl is not None else "http"
 
-    def startup_note(self, what: str) -> str:
-        """One line for the log when it starts: open or token, TLS or not."""
+    def describe(self) -> str:
+        """For the line a listener logs when it starts: open or token, TLS or not."""
         auth = "token required" if self.policy.token else "OPEN: no token configured (loopback only)"
-        return f"{what}: {auth}; {'TLS' if self.ssl else 'plain HTTP'}"
+        return f"{auth}; {'TLS' if self.ssl else 'plain HTTP'}"
 
 
 def security_from_args(args: Any, bind_host: str, what: str,

@@ -92,7 +92,7 @@ async def _serve(args: argparse.Namespace, host: str, port: int, security: HttpS
         if server.started.is_set():
             mode = "actions allowed" if args.allow_actions and not args.read_only else "read-only"
             print(f"fleet-console web: serving {security.scheme}://{url_host(host)}:{server.bound_port}/ "
-                  f"({security.startup_note('web').split(': ', 1)[1]}; {mode})", file=sys.stderr, flush=True)
+                  f"({security.describe()}; {mode})", file=sys.stderr, flush=True)
             if security.policy.token:
                 print("fleet-console web: open it once with ?token=YOUR_TOKEN (a session cookie keeps you in)",
                       file=sys.stderr, flush=True)
