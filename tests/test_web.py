@@ -141,15 +141,18 @@ async def test_headless_chromium_logs_in_sees_the_demo_grid_and_drives_it(web: W
         assert page.responses.get(web.url + "/") == 200  # after the ?token= redirect, with the cookie
 
         await page.focus_terminal()
-        mark = len(page.frames)
+        mark, pressed = len(page.frames), time.monotonic()
         await page.key("Enter")  # open the instance under the cursor
         await until(lambda: "Processes" in page.ws_text(mark) and "Diagnosis" in page.ws_text(mark), 20,
                     "the instance screen's tabs", detail=lambda: page.ws_text(mark)[-2000:])
+        opened = time.monotonic() - pressed
         await page.screenshot(tmp_path / "web-instance.png")
-        mark = len(page.frames)
+        mark, pressed = len(page.frames), time.monotonic()
         await page.key("Escape")  # back to the fleet: the grid is drawn again
         await until(lambda: all(n in page.ws_text(mark) for n in NAMES), 20, "the grid again",
                     detail=lambda: page.ws_text(mark)[-2000:])
+        print(f"Enter: the instance screen after {opened:.2f} s; Escape: the grid after "
+              f"{time.monotonic() - pressed:.2f} s")
         await page.screenshot(tmp_path / "web-back.png")
         assert shot.stat().st_size > 10_000
 
