@@ -273,3 +273,37 @@ def test_the_policy_rules() -> None:
     assert policy.decide("/", {"host": "localhost"}, "token=" + TOKEN).status == 303
     assert policy.decide("/metrics", {"host": "localhost"}, "token=" + TOKEN).status == 401  # ?token= is the page's
     assert Policy.build(None, "127.0.0.1").decide("/", {"host": "127.0.0.1:8080"}).status == 0  # open on loopback
+
+
+def test_a_loopback_bind_without_a_token_stays_open_says_so_and_still_checks_the_host(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text('[[instance]]\nname = "box1"\nhost = "127.0.0.1"\nport = 1\n')
+    err = tmp_path / "web.err"
+    with err.open("wb") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "console", "web", "--fleet", str(fleet), "--bind",
+                                 "127.0.0.1:0", "--allow-actions"], cwd=tmp_path, env=cli_env(tmp_path),
+                                stdin=subprocess.DEVNULL, stdout=fh, stderr=fh)
+    try:
+        found = until_sync(lambda: proc.poll() is not None or re.search(r"serving http://127\.0\.0\.1:(\d+)/ \((.*)\)",
+                                                                         err.read_text()),
+                           30, "the listening line", detail=err.read_text)
+        assert isinstance(found, re.Match), err.read_text()
+        assert "OPEN: no token configured" in found.group(2) and "actions allowed" in found.group(2)
+        url = f"http://127.0.0.1:{found.group(1)}/"
+        assert httpx.get(url, timeout=10).status_code == 200
+        assert httpx.get(url, headers={"Host": "evil.example"}, timeout=10).status_code == 403
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, err.read_text()
+
+
+def test_browser_sessions_are_read_only_unless_actions_are_allowed() -> None:
+    from console.cli import build_parser
+    from console.web.command import session_command
+
+    def command(*flags: str) -> str:
+        return session_command(build_parser().parse_args(["web", "--demo", *flags]), None, Path("/d/fleet.json"))
+
+    assert command().endswith("--read-only") and command().startswith("exec ")
+    assert "--read-only" not in command("--allow-actions")
+    assert "--read-only" in command("--allow-actions", "--read-only")
