@@ -206,6 +206,7 @@ async def test_mcp_on_a_non_loopback_bind_lists_its_tools_only_to_a_client_with_
                                      json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
             assert evil.status_code == 403
             assert (await client.post(url, json={})).status_code == 401
+            assert (await client.get(url.replace("/mcp", "/healthz"))).status_code == 200  # open
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

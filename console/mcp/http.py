@@ -20,6 +20,20 @@ def parse_http(value: str, any_port: bool = False) -> tuple[str, int]:
     return host, int(port)
 
 
+def with_healthz(app: Any) -> Any:
+    """``app`` with ``GET /healthz`` answering 200 (open: the rules in front let it through without a token)."""
+
+    async def wrapped(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope.get("path") == "/healthz":
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"text/plain"), (b"content-length", b"3")]})
+            await send({"type": "http.response.body", "body": b"ok\n"})
+            return
+        await app(scope, receive, send)
+
+    return wrapped
+
+
 def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
@@ -47,8 +61,8 @@ async def serve_http_until(controller: Any, options: Any, host: str, port: int, 
     app = build_server(controller, options).streamable_http_app(
         host=host, transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
     context = security.ssl
-    server = _Server(uvicorn.Config(AsgiAuth(app, security.policy), host=host, port=port, log_level="warning",
-                                    lifespan="on",
+    guarded = AsgiAuth(with_healthz(app), security.policy)
+    server = _Server(uvicorn.Config(guarded, host=host, port=port, log_level="warning", lifespan="on",
                                     ssl_context_factory=(lambda _c, _d: context) if context is not None else None))
     task = asyncio.create_task(server.serve())
     stopped = asyncio.create_task(stop.wait())
