@@ -19,7 +19,7 @@ $(STAMP): $(PY) pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/fleet-console demo
 
-## Install what the tests need (OpenSSH server, tmux, Prometheus when run as root) and run the whole suite.
+## Install what the tests need (OpenSSH server, tmux, Prometheus, Chromium when run as root) and run the whole suite.
 test: $(STAMP) sshd-deps lint
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
@@ -38,6 +38,10 @@ sshd-deps:
 	  else \
 	    echo "need openssh-server, tmux and prometheus: run as root or: sudo apt-get install openssh-server tmux prometheus" >&2; exit 1; \
 	  fi; \
+	fi
+	@# headless Chromium for tests/test_web.py (the web console in a real browser); without root that test skips
+	@if ! command -v chromium >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium) >/dev/null; \
 	fi
 
 ## ruff, and mypy over console/ widgets/ themes/ (strict on the wire contract and the fleet state).

@@ -12,8 +12,22 @@ from typing import cast
 
 from console import __version__
 
-COMMANDS = ("run", "demo", "check", "status", "diagnose", "restart", "mcp", "serve", "replay", "history", "notify",
-            "agent")
+COMMANDS = ("run", "demo", "check", "status", "diagnose", "restart", "mcp", "serve", "web", "replay", "history",
+            "notify", "agent")
+
+
+def http_options() -> argparse.ArgumentParser:
+    """The options of every HTTP listener (web, MCP over HTTP, /metrics): console/web/auth.py applies them."""
+    http = argparse.ArgumentParser(add_help=False)
+    http.add_argument("--token-file", metavar="PATH",
+                      help="the token clients send (Authorization: Bearer); else $FLEET_CONSOLE_TOKEN")
+    http.add_argument("--allow-host", action="append", metavar="NAME",
+                      help="a Host/Origin name to accept besides localhost, IPs and this machine's names (repeat)")
+    http.add_argument("--tls-cert", metavar="PATH", help="serve HTTPS with this certificate (PEM; with --tls-key)")
+    http.add_argument("--tls-key", metavar="PATH", help="the certificate's private key (PEM)")
+    http.add_argument("--insecure-no-auth", action="store_true",
+                      help="allow a non-loopback bind without a token (anyone who reaches the port gets in)")
+    return http
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,12 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fleet-console {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
+    http = http_options()
     monitor = argparse.ArgumentParser(add_help=False)  # console/serve.py: exporter and recording
     monitor.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus /metrics on this port")
     monitor.add_argument("--metrics-bind", metavar="HOST", help="address for /metrics (default 127.0.0.1)")
     monitor.add_argument("--record", metavar="FILE", help="record every frame to FILE (gzip JSON lines) for replay")
 
-    sub.add_parser("run", parents=[common, ui, monitor], help="open the console on a fleet file (the default command)")
+    sub.add_parser("run", parents=[common, ui, monitor, http],
+                   help="open the console on a fleet file (the default command)")
     demo = sub.add_parser("demo", parents=[ui], help="open the console on a local demo fleet (simulated GPUs)")
     demo.add_argument("--instances", type=int, default=6, help="demo instances, 1 to 64 (default 6)")
     demo.add_argument("--read-only", action="store_true", help="disable restarts")
@@ -64,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     restart.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the connection")
 
     mcp = sub.add_parser(
-        "mcp", parents=[common], help="serve the fleet to an AI assistant over MCP (stdio, or --http HOST:PORT)"
+        "mcp", parents=[common, http], help="serve the fleet to an AI assistant over MCP (stdio, or --http HOST:PORT)"
     )
     mcp.add_argument("--demo", action="store_true", help="serve the demo fleet (local, simulated GPUs; no UI)")
     mcp.add_argument("--instances", type=int, default=6, help="demo instances with --demo, 1 to 64 (default 6)")
@@ -74,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--allow-restart", action="store_true", help="let the restart tool restart (off by default)")
     mcp.add_argument("--timeout", type=float, default=30.0, help="seconds a tool call waits on a host (default 30)")
 
-    serve = sub.add_parser("serve", parents=[common, monitor],
+    serve = sub.add_parser("serve", parents=[common, monitor, http],
                            help="no UI: links, history, alerts and /metrics (port 9847), for systemd or a container")
     serve.add_argument("--demo", action="store_true", help="serve the demo fleet (local, simulated GPUs)")
     serve.add_argument("--instances", type=int, default=6, help="demo instances with --demo, 1 to 64 (default 6)")
@@ -85,6 +101,18 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--mcp", metavar="HOST:PORT",
                        help="also serve MCP (streamable HTTP, 127.0.0.1 unless HOST says) on these links and state")
     serve.add_argument("--allow-restart", action="store_true", help="let MCP clients restart benchmarks (audited)")
+
+    web = sub.add_parser("web", parents=[common, http],
+                         help="the console in a browser (textual-serve; one app process per browser session)")
+    web.add_argument("--demo", action="store_true", help="serve the demo fleet (local, simulated GPUs)")
+    web.add_argument("--instances", type=int, default=6, help="demo instances with --demo, 1 to 64 (default 6)")
+    web.add_argument("--bind", default="127.0.0.1:8080", metavar="HOST:PORT",
+                     help="address to listen on (default 127.0.0.1:8080; port 0: any free one)")
+    web.add_argument("--allow-actions", action="store_true",
+                     help="let browser sessions restart, stop and signal (read-only by default; never a shell)")
+    web.add_argument("--theme", help="colour theme of the sessions: dark, light, high-contrast")
+    web.add_argument("--session", action="store_true", help=argparse.SUPPRESS)  # one browser session's app
+    web.add_argument("--session-fleet", metavar="JSON", help=argparse.SUPPRESS)  # the demo's fleet, for a session
 
     replay = sub.add_parser("replay", parents=[ui], help="open the console on a recording (--record FILE)")
     replay.add_argument("file", metavar="FILE")
@@ -121,6 +149,7 @@ ENTRY_POINTS = {
     "history": ("console.monitor.history_command", "run_history"),
     "mcp": ("console.mcp.command", "main"),
     "notify": ("console.notify.command", "run_notify"),
+    "web": ("console.web.command", "run_web"),
 }
 
 

@@ -18,7 +18,8 @@ from console.fleet_file import fail, load_fleet_file
 from console.headless import run_fleet_headless, setup_logging
 from console.inventory import ConfigError, Fleet
 from console.monitor.metrics import DEFAULT_PORT
-from console.monitor.monitoring import MonitoredController, Monitoring, monitoring_from_args, parse_bind
+from console.monitor.monitoring import MonitoredController, Monitoring, metrics_from_args, monitoring_from_args
+from console.web.auth import HttpSecurity, security_from_args
 
 log = logging.getLogger("fleet_console")
 
@@ -34,12 +35,13 @@ def run_serve(args: argparse.Namespace) -> int:
             return fail(str(exc))
     elif not 1 <= args.instances <= 64:
         return fail(f"--instances must be from 1 to 64, not {args.instances}")
-    try:
-        parse_bind(args.metrics_bind, args.metrics_port, DEFAULT_PORT)
+    try:  # the port, and its rules: a token (when set) and the Host allowlist; a non-loopback bind needs a token
+        metrics_from_args(args, DEFAULT_PORT)
     except ValueError as exc:
         return fail(str(exc))
     monitorings: list[Monitoring] = []
     mcp_at: tuple[str, int] | None = None
+    mcp_security: HttpSecurity | None = None
     if args.mcp:
         from console.mcp.http import parse_http
 
@@ -47,6 +49,10 @@ def run_serve(args: argparse.Namespace) -> int:
             mcp_at = parse_http(args.mcp)
         except ValueError as exc:
             return fail(str(exc).replace("--http", "--mcp"))
+        try:
+            mcp_security = security_from_args(args, mcp_at[0], "MCP")
+        except ValueError as exc:
+            return fail(str(exc))
 
     def make(fleet: Fleet, demo: bool) -> FleetController:
         monitoring = monitoring_from_args(args, fleet, DEFAULT_PORT, history=True, log_transitions=True)
@@ -80,9 +86,11 @@ def run_serve(args: argparse.Namespace) -> int:
 
                     options = Options(allow_restart=bool(args.allow_restart), read_only=bool(args.read_only),
                                       timeout=30.0)
-                    log.info("MCP on http://%s:%d/mcp%s", mcp_at[0], mcp_at[1],
-                             "" if options.allow_restart and not options.read_only else " (restart refused)")
-                    await serve_http_until(controller, options, mcp_at[0], mcp_at[1], stop)
+                    assert mcp_security is not None
+                    log.info("MCP on %s://%s:%d/mcp%s (%s)", mcp_security.scheme, mcp_at[0], mcp_at[1],
+                             "" if options.allow_restart and not options.read_only else " (restart refused)",
+                             mcp_security.describe())
+                    await serve_http_until(controller, options, mcp_at[0], mcp_at[1], stop, mcp_security)
                 log.info("stopping")
         except OSError as exc:  # the metrics port taken, the record file not writable
             log.error("%s", exc)

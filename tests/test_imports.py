@@ -178,21 +178,24 @@ LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("wire", ("console.agent.wire",)),  # the contract shared by the agent and the console
     ("agent", ("console.agent",)),  # runs on the host: samplers, diagnosis, actions
     ("inventory", ("console.inventory",)),  # the fleet file and its imports
+    ("auth", ("console.web.auth",)),  # the HTTP rules every listener shares (token, Host/Origin, TLS)
     ("link", ("console.link", "console.agentless")),  # reaching the hosts
     ("core", ("console.core", "console.sources")),  # the fleet: controller, state, statuses (no UI)
     ("monitor", ("console.monitor", "console.notify")),  # observers of the state: metrics, history, alerts, notify
-    ("services", ("console.mcp", "console.demo")),  # MCP over the core; the demo's hosts
+    ("services", ("console.mcp", "console.demo", "console.web")),  # MCP over the core; the demo's hosts; web
     ("view", ("widgets", "themes")),  # Textual widgets and themes
     ("ui", ("console.ui",)),  # the Textual app
     ("entry", ("console.headless", "console.fleet_file", "console.commands", "console.serve", "console.demo.run",
-               "console.mcp.command", "console.notify.command", "console.cli", "console.__main__")),  # commands
+               "console.mcp.command", "console.notify.command", "console.web.command",
+               "console.cli", "console.__main__")),  # commands
 ]
 UPWARD: Dict[Tuple[str, str], str] = {
     # the demo's hosts (services) are started by the headless run (entry): not an upward edge; none today
 }
 # The modules the command line dispatches to (console/cli.py ENTRY_POINTS): only the CLI imports them.
 ENTRY_POINT_MODULES = ("console.commands", "console.serve", "console.demo.run", "console.mcp.command",
-                       "console.ui.replay", "console.monitor.history_command", "console.notify.command")
+                       "console.ui.replay", "console.monitor.history_command", "console.notify.command",
+                       "console.web.command")
 
 
 def layer_of(module: str) -> int:

@@ -20,6 +20,7 @@ from console.fleet_file import fail as fail_line
 from console.headless import run_fleet_headless
 from console.inventory import ConfigError
 from console.mcp.http import parse_http, serve_http_until, url_host
+from console.web.auth import HttpSecurity, security_from_args
 
 MISSING = "no fleet file: pass --fleet FILE (or --demo), or create ./fleet.toml"
 
@@ -31,9 +32,12 @@ def fail(message: str) -> int:
 def main(args: argparse.Namespace) -> int:
     """Run the server; 0 when the client or a signal ended it, 2 on a bad fleet file or option."""
     http = None
+    security: HttpSecurity | None = None
     if args.http:
         try:
             http = parse_http(args.http)
+            # the token, TLS and Host/Origin rules (console/web/auth.py); a non-loopback bind needs a token
+            security = security_from_args(args, http[0], "MCP")
         except ValueError as exc:
             return fail(str(exc))
     if args.allow_restart and args.read_only:
@@ -47,12 +51,13 @@ def main(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             return fail(str(exc))
     try:
-        return asyncio.run(_serve(args, fleet, http))
+        return asyncio.run(_serve(args, fleet, http, security))
     except KeyboardInterrupt:
         return 130
 
 
-async def _serve(args: argparse.Namespace, fleet: Any, http: tuple[str, int] | None) -> int:
+async def _serve(args: argparse.Namespace, fleet: Any, http: tuple[str, int] | None,
+                 security: HttpSecurity | None = None) -> int:
     """Start the fleet as ``serve`` does (``run_fleet_headless``: signals, demo, shielded clean-up), then serve
     MCP on it until the client leaves (stdio) or a signal comes (both)."""
     from console.mcp.server import McpAudit, Options, build_server
@@ -70,8 +75,10 @@ async def _serve(args: argparse.Namespace, fleet: Any, http: tuple[str, int] | N
     async with run_fleet_headless(fleet, make, args.instances if args.demo else None, signals) as (controller, stop):
         if http is not None:
             host, port = http
-            print(f"fleet-console mcp: serving http://{url_host(host)}:{port}/mcp", file=sys.stderr, flush=True)
-            await serve_http_until(controller, options, host, port, stop)
+            assert security is not None
+            print(f"fleet-console mcp: serving {security.scheme}://{url_host(host)}:{port}/mcp "
+                  f"({security.describe()})", file=sys.stderr, flush=True)
+            await serve_http_until(controller, options, host, port, stop, security)
             return 0
         session = asyncio.create_task(build_server(controller, options).run_stdio_async())
         stopped = asyncio.create_task(stop.wait())

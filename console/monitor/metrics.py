@@ -31,6 +31,7 @@ from prometheus_client.registry import Collector
 
 from console.core.state import FleetState, InstanceState
 from console.core.status import STATUSES
+from console.web.auth import HttpSecurity, Policy
 
 DEFAULT_PORT = 9847
 DEFAULT_BIND = "127.0.0.1"
@@ -277,8 +278,11 @@ def render(collector: FleetCollector, registry: CollectorRegistry, accept: str =
 class MetricsServer:
     """``GET /metrics`` (and ``/``, ``/healthz``) on an asyncio server; one request per connection."""
 
-    def __init__(self, collector: FleetCollector, host: str = DEFAULT_BIND, port: int = DEFAULT_PORT) -> None:
+    def __init__(self, collector: FleetCollector, host: str = DEFAULT_BIND, port: int = DEFAULT_PORT,
+                 security: HttpSecurity | None = None) -> None:
         self.collector = collector
+        # the token (when one is set), TLS, the Host/Origin allowlist: console/web/auth.py; /healthz stays open
+        self.security = security or HttpSecurity(Policy.build(None, host), None)
         self.registry = make_registry(collector)
         self.host = host
         self.port = port
@@ -289,10 +293,11 @@ class MetricsServer:
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/metrics"
+        return f"{self.security.scheme}://{host}:{self.port}/metrics"
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, self.host, self.port, limit=MAX_REQUEST_BYTES)
+        self._server = await asyncio.start_server(self._handle, self.host, self.port, limit=MAX_REQUEST_BYTES,
+                                                  ssl=self.security.ssl)
         sock = self._server.sockets[0] if self._server.sockets else None
         if sock is not None:
             self.port = int(sock.getsockname()[1])
@@ -314,8 +319,13 @@ class MetricsServer:
                 key, sep, value = line.partition(":")
                 if sep:
                     headers[key.strip().lower()] = value.strip()
-            path = target.split("?", 1)[0]
-            if method not in ("GET", "HEAD"):
+            path, _, query = target.partition("?")
+            decision = self.security.policy.decide(path, headers, query)
+            if decision.status:
+                extra = {"WWW-Authenticate": 'Bearer realm="fleet-console"'} if decision.status == 401 else {}
+                await _respond(writer, decision.status, (decision.reason + "\n").encode(), "text/plain", method,
+                               extra)
+            elif method not in ("GET", "HEAD"):
                 await _respond(writer, 405, b"only GET\n", "text/plain", method)
             elif path == "/metrics":
                 started = time.perf_counter()
@@ -344,7 +354,8 @@ class MetricsServer:
 
 async def _respond(writer: asyncio.StreamWriter, code: int, body: bytes, ctype: str, method: str,
                    extra: dict[str, str] | None = None) -> None:
-    reason = {200: "OK", 404: "Not Found", 405: "Method Not Allowed"}.get(code, "")
+    reason = {200: "OK", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed"
+              }.get(code, "")
     head = [f"HTTP/1.1 {code} {reason}", f"Content-Type: {ctype}", f"Content-Length: {len(body)}",
             "Connection: close"]
     head += [f"{k}: {v}" for k, v in (extra or {}).items()]

@@ -23,6 +23,7 @@ from typing import Any
 from console.core.controller import FleetController
 from console.core.observed import ObservedAudit, ObservedState
 from console.inventory import Fleet
+from console.web.auth import HttpSecurity, security_from_args
 
 log = logging.getLogger("fleet_console")
 
@@ -77,6 +78,7 @@ class Monitoring:
         fleet: Fleet,
         *,
         metrics: tuple[str, int] | None = None,
+        metrics_security: HttpSecurity | None = None,
         history: bool | Path = False,
         history_days: float | None = None,
         record: Path | None = None,
@@ -90,6 +92,7 @@ class Monitoring:
         self.audit = ObservedAudit()
         self.audit.listeners.append(self._on_audit)
         self.metrics_at = metrics
+        self.metrics_security = metrics_security  # the token, TLS, Host allowlist (console/web/auth.py)
         self.history_path: Path | None = None
         if history:
             from console.monitor.history import default_history_path
@@ -183,9 +186,9 @@ class Monitoring:
 
             collector = FleetCollector(self.state, lambda: self.counters, clock=self.state.clock,
                                        seeds=self._counter_seeds)
-            self.server = MetricsServer(collector, *self.metrics_at)
+            self.server = MetricsServer(collector, *self.metrics_at, security=self.metrics_security)
             await self.server.start()
-            log.info("metrics on %s", self.server.url)
+            log.info("metrics on %s (%s)", self.server.url, self.server.security.describe())
         self._task = asyncio.get_running_loop().create_task(self._ticker(), name="monitoring")
 
     async def _ticker(self) -> None:
@@ -283,12 +286,22 @@ def parse_bind(value: str | None, port: int | None, default_port: int | None) ->
     return (value or DEFAULT_BIND).strip("[]"), port
 
 
+def metrics_from_args(args: argparse.Namespace, default_port: int | None
+                      ) -> tuple[tuple[str, int] | None, HttpSecurity | None]:
+    """Where /metrics listens and its rules (the token, TLS, the Host allowlist; a non-loopback bind needs a token
+    or ``--insecure-no-auth``); ValueError with one line for a bad option."""
+    at = parse_bind(getattr(args, "metrics_bind", None), getattr(args, "metrics_port", None), default_port)
+    return at, (security_from_args(args, at[0], "/metrics") if at is not None else None)
+
+
 def monitoring_from_args(args: argparse.Namespace, fleet: Fleet, default_port: int | None,
                          history: bool, **kwargs: Any) -> Monitoring:
     record = getattr(args, "record", None)
+    metrics, security = metrics_from_args(args, default_port)
     return Monitoring(
         fleet,
-        metrics=parse_bind(getattr(args, "metrics_bind", None), getattr(args, "metrics_port", None), default_port),
+        metrics=metrics,
+        metrics_security=security,
         history=history and not getattr(args, "no_history", False),
         history_days=getattr(args, "history_days", None),
         record=Path(record).expanduser() if record else None,
