@@ -110,6 +110,7 @@ class InstanceState:
         self.procs_subset = False  # the process table holds only the benchmark's and GPU's processes
         self.detail_level = "full"  # as the agent's last heartbeat said
         self.meter = SpendMeter(time.time())  # time per spend mode (FleetState starts it on its own clock)
+        self.currency = "$"  # the fleet's ([defaults] currency), for the pane's money
         self.stop_due: Optional[float] = None  # console clock of an announced automatic stop (core/autostop.py)
         self.adopt(instance)
 

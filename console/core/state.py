@@ -93,8 +93,19 @@ class FleetState:
         self.order_version = 0  # bumped when statuses (hence the ordering) change
         self.frames = 0
         self._totals = FleetTotals()  # totals(): running sums, recounted per changed instance
-        self.currency = "$"  # [defaults] currency: how the money is written
+        self._currency = "$"  # [defaults] currency: how the money is written (each instance has it too)
         self._notes: Deque[Tuple[str, str]] = deque(maxlen=MAX_EVENTS)  # (text, severity): the UI toasts them
+
+    @property
+    def currency(self) -> str:
+        return self._currency
+
+    @currency.setter
+    def currency(self, value: str) -> None:
+        self._currency = value
+        for inst in self.instances.values():
+            inst.currency = value
+        self.mark_dirty(self.instances)
 
     # -- feeding ----------------------------------------------------------------------------------
     def add_instance(self, instance: Instance) -> InstanceState:
@@ -102,6 +113,7 @@ class FleetState:
         if inst is None:
             inst = InstanceState(instance)
             inst.meter = SpendMeter(self.clock())  # the console begins watching it (console/core/spend.py)
+            inst.currency = self._currency
             self.instances[inst.name] = inst
             self.order_version += 1
         else:

@@ -101,4 +101,25 @@ async def stop_instances(fleet: Fleet, audit: AuditLog, names: list[str], *, rea
     return results
 
 
-__all__ = ["confirm_text", "run_command", "stop_argv", "stop_instances"]
+def stop_plan(controller: Any, names: list[str]) -> list[str]:
+    """The confirmation's lines: per instance the command it runs and what not stopping costs (ActionError:
+    nothing to run, or an instance without what the command needs)."""
+    fleet, state = controller.fleet, controller.state
+    lines = []
+    now = state.clock()
+    for name in names:
+        inst = fleet.get(name)
+        argv = stop_argv(fleet.actions.stop, inst)
+        view = state.get(name)
+        cost = confirm_text(view, now, state.currency) if view is not None else ""
+        lines.append(f"{name}: {cost}  ->  {' '.join(argv)}")
+    return lines
+
+
+async def stop_from(controller: Any, names: list[str], origin: str) -> dict[str, dict[str, Any]]:
+    """``stop_instances`` with a controller's fleet, audit log and read-only flag (the TUI's, MCP's)."""
+    return await stop_instances(controller.fleet, controller.audit, names, read_only=controller.read_only,
+                                origin=origin)
+
+
+__all__ = ["confirm_text", "run_command", "stop_argv", "stop_from", "stop_instances", "stop_plan"]
