@@ -26,7 +26,7 @@ from common import bench_parser, print_goals, print_result
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from console.monitor.history import History, HistoryReader, pack_gpus, _Agg  # noqa: E402
+from console.monitor.history import History, HistoryReader, _Agg, pack_gpus  # noqa: E402
 from console.monitor.report import spend_report  # noqa: E402
 
 
