@@ -96,6 +96,8 @@ BENCHES = [
     Bench("prom_bench", ["--hosts", "20", "--polls", "2", "--interval", "1"],
           lambda out: _find(r"^console CPU per poll p50 (\d+ ms)", out, "console CPU per poll p50 {0}"),
           needs=("prometheus",)),
+    Bench("report_bench", ["--instances", "20", "--days", "1", "--repeat", "1"],
+          lambda out: _find(r"^command_s: (\S+)", out, "report {0} s"), goal_exit=1),
     Bench("scale", ["--hosts", "10", "--record-seconds", "4", "--steady", "2", "--presses", "5",
                     "--all-timeout", "60"],
           lambda out: _join(_find(r"steady console CPU .*?\s(\S+) % of a core$", out, "console {0} %"),

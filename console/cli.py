@@ -12,8 +12,8 @@ from typing import cast
 
 from console import __version__
 
-COMMANDS = ("run", "demo", "check", "status", "diagnose", "restart", "mcp", "serve", "web", "replay", "history",
-            "notify", "agent")
+COMMANDS = ("run", "demo", "check", "status", "diagnose", "restart", "stop", "mcp", "serve", "web", "replay",
+            "history", "report", "notify", "agent")
 
 
 def http_options() -> argparse.ArgumentParser:
@@ -79,6 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     restart.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     restart.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the connection")
 
+    stop = sub.add_parser("stop", parents=[common],
+                          help="stop rentals: run [actions] stop for each instance (audited; not with --read-only)")
+    stop.add_argument("names", nargs="+", metavar="NAME")
+    stop.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
     mcp = sub.add_parser(
         "mcp", parents=[common, http], help="serve the fleet to an AI assistant over MCP (stdio, or --http HOST:PORT)"
     )
@@ -131,6 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
     notify.add_argument("sink", nargs="?", metavar="SINK", help="one sink by its name (default: all)")
     notify.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for each sink (default 10)")
 
+    report = sub.add_parser("report", parents=[common], help="the rental bill: spend and idle spend per instance")
+    report.add_argument("--since", default="24h", help="how far back: 30m, 24h, 7d (default 24h)")
+    form = report.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="machine-readable output")
+    form.add_argument("--csv", action="store_true", help="CSV (cells safe to open in a spreadsheet)")
+
     sub.add_parser("agent", help="run the agent here (JSON lines on stdout); agent options follow", add_help=False)
     return parser
 
@@ -147,6 +158,8 @@ ENTRY_POINTS = {
     "serve": ("console.serve", "run_serve"),
     "replay": ("console.ui.replay", "run_replay"),
     "history": ("console.monitor.history_command", "run_history"),
+    "report": ("console.monitor.report_command", "run_report"),
+    "stop": ("console.commands", "dispatch"),
     "mcp": ("console.mcp.command", "main"),
     "notify": ("console.notify.command", "run_notify"),
     "web": ("console.web.command", "run_web"),

@@ -33,6 +33,7 @@ def dispatch(args: argparse.Namespace) -> int:
         "status": cmd_status,
         "diagnose": cmd_diagnose,
         "restart": cmd_restart,
+        "stop": cmd_stop,
     }
     try:
         return handlers[args.command](args)
@@ -193,6 +194,45 @@ def cmd_restart(args: argparse.Namespace) -> int:
         return 0 if len(confirmed) == len(args.names) and all(r["ok"] for r in results.values()) else 1
 
     return asyncio.run(_with_controller(fleet, args.names, False, body))
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    """``stop NAME... [--yes]``: run ``[actions] stop`` for each (asked first unless --yes; audited)."""
+    import shlex
+
+    from console.core.audit import AuditLog
+    from console.core.stop import stop_argv, stop_instances
+
+    fleet = load_fleet_file(args.fleet)
+    audit = AuditLog()
+    if not args.read_only:
+        argvs = {}
+        for name in args.names:
+            try:
+                argvs[name] = stop_argv(fleet.actions.stop, fleet.get(name))
+            except KeyError:
+                return fail(f"{name}: no such instance in {fleet.source}")
+        if not args.yes:
+            if not sys.stdin.isatty():
+                return fail("stop needs confirmation: pass --yes")
+            for name, argv in argvs.items():
+                price = fleet.get(name).price_per_hour
+                cost = f" ({fleet.currency}{price:.2f}/h)" if price is not None else ""
+                print(f"{name}{cost}: {shlex.join(argv)}")
+            try:
+                answer = input(f"Stop {', '.join(argvs)}? [y/N] ")
+            except EOFError:
+                answer = ""
+            if answer.strip().lower() not in ("y", "yes"):
+                print("nothing stopped")
+                return 1
+    results = asyncio.run(stop_instances(fleet, audit, list(args.names), read_only=args.read_only, origin="cli"))
+    for name, result in results.items():
+        if result["ok"]:
+            print(f"{name}: stopped ({shlex.join(result['argv'])})")
+        else:
+            print(f"{name}: not stopped: {result.get('error')}", file=sys.stderr)
+    return 0 if all(r["ok"] for r in results.values()) else 1
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -109,8 +109,8 @@ def test_an_alert_row_becomes_a_rule(tmp_path: Path) -> None:
     ('[[alert]]\nname = "X"\nstatuses = ["okk"]\nbell = true\n',
      "F:7: alert 'X': statuses must be a status or a list of them: failed, needs_action, unreachable, "
      "benchmark_down, stale, gpu_idle, connecting, ok, not ['okk']"),
-    ('[[alert]]\nname = "X"\nbell = true\n', "F:5: alert 'X': needs statuses = [...] or verdicts = [...] "
-     "(what to alert on)"),
+    ('[[alert]]\nname = "X"\nbell = true\n', "F:5: alert 'X': needs statuses = [...], verdicts = [...] or "
+     'idle_for = "20m" (what to alert on)'),
     ('[[alert]]\nname = "X"\nstatuses = "failed"\n', 'F:5: alert \'X\': needs webhook = "http://..." or '
      "bell = true (where to send it)"),
     ('[[alert]]\nname = "X"\nstatuses = "failed"\nwebhook = "ftp://h/x"\n',

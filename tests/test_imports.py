@@ -195,7 +195,8 @@ UPWARD: Dict[Tuple[str, str], str] = {
 # The modules the command line dispatches to (console/cli.py ENTRY_POINTS): only the CLI imports them.
 ENTRY_POINT_MODULES = ("console.commands", "console.serve", "console.demo.run", "console.mcp.command",
                        "console.ui.replay", "console.monitor.history_command", "console.notify.command",
-                       "console.web.command")
+                       "console.web.command",
+                       "console.monitor.report_command")
 
 
 def layer_of(module: str) -> int:

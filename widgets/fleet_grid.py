@@ -257,7 +257,8 @@ class FleetGrid(FleetViewWidget, can_focus=True):
     def hint_lines(self) -> List[str]:
         """What an empty grid says: how to add an instance, or that the filter hides every one."""
         if self.state.instances:
-            error = predicates.check(self.query_text)
+            error = predicates.check(self.query_text, any(getattr(i.instance, "price_per_hour", None) is not None
+                                                           for i in self.state.instances.values()))
             if error:
                 return ["", "  Filter: %s. Esc clears the filter." % error]
             return ["", "  No instance matches %r. Esc clears the filter." % self.query_text]

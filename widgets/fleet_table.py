@@ -120,7 +120,8 @@ class FleetTable(FleetViewWidget, can_focus=True):
         name_w = min(24, max((len(n) for n in names), default=4))
         status_w = max((len(badge_text(i, now)) + 2 for i in items), default=6)
         width = self.scrollable_content_region.width or self.size.width
-        cols = layout(max(20, width), name_w, status_w)
+        priced = any(getattr(i.instance, "price_per_hour", None) is not None for i in items)
+        cols = layout(max(20, width), name_w, status_w, priced)
         if cols != self._cols or width != self._laid_width:
             self._cols, self._laid_width = cols, width
             self._cache.clear()

@@ -16,8 +16,9 @@ from textual.strip import Strip
 
 from console.agent.wire.protocol import ProcRecord
 from console.agent.wire.timefmt import fmt_age as format_age
+from console.core.spend import fmt_money, money
 from console.core.state import FLAP_WINDOW, GpuState, InstanceState
-from console.core.status import BENCHMARK_DOWN, CONNECTING, FAILED, STALE, UNREACHABLE, badge
+from console.core.status import BENCHMARK_DOWN, CONNECTING, FAILED, GPU_IDLE, STALE, UNREACHABLE, badge
 
 from .palette import Palette
 from .render import Line, bar, operator_text, pct, size, sparkline, tail
@@ -266,6 +267,17 @@ def boxed_lines(
     return out[:height]
 
 
+def trouble_cost(inst: InstanceState, now: float) -> str:
+    """What the idle episode has cost (``$1.26``) and an announced automatic stop (``stops itself in 4m``)."""
+    meter, price = inst.meter, getattr(inst.instance, "price_per_hour", None)
+    parts = []
+    if meter.mode == "idle" and price is not None:
+        parts.append(fmt_money(money(meter.episode(now), price), inst.currency))
+    if inst.stop_due is not None:
+        parts.append("stops itself in %s" % format_age(max(0.0, inst.stop_due - now)))
+    return " · ".join(parts)
+
+
 def retry_text(retry_at: Optional[float], now: float) -> str:
     """``retry in 12s`` (counting down), ``retrying…`` once due; empty when no retry is pending."""
     if retry_at is None:
@@ -279,7 +291,8 @@ def detail_line(
 ) -> Optional[Line]:
     """For trouble states, the reason beats the process/log line; an unreachable host's numbers get their age,
     a failing link its countdown to the next attempt."""
-    if (inst.status in _REASON_FIRST or retry_at is not None) and inst.status_detail:
+    priced_idle = inst.status == GPU_IDLE and inst.meter.mode == "idle" and inst.instance.price_per_hour is not None
+    if (inst.status in _REASON_FIRST or retry_at is not None or priced_idle) and inst.status_detail:
         line = Line(operator_text(inst.status_detail), pal.status.get(inst.status, pal.name))
         if inst.status == UNREACHABLE and inst.last_frame is not None and now is not None:
             line.append(" · last seen %s ago" % format_age(max(0.0, now - inst.last_frame)), pal.dim)
@@ -289,6 +302,9 @@ def detail_line(
         retry = retry_text(retry_at, time.time() if now is None else now)
         if retry:
             line.append(" · " + retry, pal.dim)
+        cost = trouble_cost(inst, time.time() if now is None else now)
+        if cost:
+            line.append(" · " + cost, pal.warn)
         return line
     if inst.status == CONNECTING:
         return Line(inst.status_detail or "connecting…", pal.dim)

@@ -9,6 +9,7 @@ import re
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from console.agent.wire.timefmt import fmt_age as format_age
+from console.core.spend import money
 from console.core.state import BUSY_UTIL, InstanceState
 
 from .palette import Palette
@@ -26,12 +27,15 @@ COLUMNS: Tuple[Tuple[str, str, int, int, bool], ...] = (
     ("temp", "TEMP", 5, 5, True),
     ("power", "POWER", 6, 8, True),
     ("uptime", "UP", 6, 6, True),
+    ("price", "$/h", 6, 5, True),
+    ("idle_cost", "IDLE $", 7, 3, True),
     ("verdict", "VERDICT", 22, 4, False),
     ("progress", "LAST PROGRESS", 0, 0, False),
 )
-SORT_KEYS = ("status", "name", "util", "mem", "temp", "power", "uptime", "progress", "gpu")
+SORT_KEYS = ("status", "name", "util", "mem", "temp", "power", "uptime", "progress", "gpu", "price", "idle_cost")
 ASCENDING = frozenset(("status", "name", "gpu"))  # the others: biggest (or newest) first
-LIVE_KEYS = frozenset(("util", "mem", "temp", "power", "uptime", "progress"))
+LIVE_KEYS = frozenset(("util", "mem", "temp", "power", "uptime", "progress", "idle_cost"))
+MONEY_KEYS = frozenset(("price", "idle_cost"))
 PROGRESS_MIN = 12
 GAP = 1
 
@@ -120,6 +124,15 @@ def _progress_at(inst: InstanceState, now: float) -> Optional[float]:
     return ring.updated if ring is not None else None
 
 
+def _price(inst: InstanceState, now: float) -> Optional[float]:
+    return getattr(inst.instance, "price_per_hour", None)
+
+
+def _idle_cost(inst: InstanceState, now: float) -> Optional[float]:
+    """The money paid while idle since the console began watching (None without a price)."""
+    return money(inst.meter.seconds("idle", now), _price(inst, now))
+
+
 # one sort key's figure, computed alone: a live re-sort (every RESORT_EVERY) reads only this for every row
 SORT_VALUE: Dict[str, Callable[[InstanceState, float], Any]] = {
     "status": lambda inst, now: inst.rank,
@@ -131,6 +144,8 @@ SORT_VALUE: Dict[str, Callable[[InstanceState, float], Any]] = {
     "power": _power,
     "uptime": _uptime,
     "progress": _progress_at,  # sorts on how recent it is
+    "price": _price,
+    "idle_cost": _idle_cost,
 }
 
 
@@ -156,6 +171,8 @@ def row_values(inst: InstanceState, now: float) -> Dict[str, Any]:
         "verdict": inst.verdict_summary() if inst.diagnosis else "",
         "verdict_current": inst.diagnosis_counts(),
         "verdict_age": inst.verdict_age(now),
+        "price": _price(inst, now),
+        "idle_cost": _idle_cost(inst, now),
     }
 
 
@@ -175,10 +192,12 @@ def sort_names(values: Dict[str, Dict[str, Any]], key: str, reverse: bool = Fals
     return with_value + without
 
 
-def layout(width: int, name_w: int, status_w: int) -> Layout:
-    """The columns that fit ``width``: the low-priority ones dropped first; the progress column takes the rest."""
+def layout(width: int, name_w: int, status_w: int, priced: bool = False) -> Layout:
+    """The columns that fit ``width``: the low-priority ones dropped first; the progress column takes the rest.
+    The money columns (``$/h``, ``IDLE $``) only when the fleet has prices."""
     fixed = {"name": max(5, name_w), "status": max(7, status_w)}  # (room for the title and its ▲)
-    cols = [(k, fixed.get(k, w), right, drop) for k, _h, w, drop, right in COLUMNS]
+    cols = [(k, fixed.get(k, w), right, drop) for k, _h, w, drop, right in COLUMNS
+            if priced or k not in MONEY_KEYS]
     while True:
         used = 1 + GAP + sum(w + GAP for k, w, _r, _d in cols if k != "progress")  # (1: the cursor mark)
         if width - used >= PROGRESS_MIN or not any(d for _k, _w, _r, d in cols):
@@ -244,6 +263,11 @@ def row_line(values: Dict[str, Any], cols: Layout, pal: Palette, status: str, *,
                                else None)
         elif key == "power":
             text = _num(values["power"], "%dW")
+        elif key == "price":
+            text = _num(values["price"], "%.2f")
+        elif key == "idle_cost":
+            text = _num(values["idle_cost"], "%.2f")
+            style = figure or (pal.warn if (values["idle_cost"] or 0) >= 0.005 else pal.dim)
         elif key == "uptime":
             text = format_age(values["uptime"]) if values["uptime"] is not None else "—"
         elif key == "verdict":  # the verdict and its age, kept in view as the progress column's

@@ -1,10 +1,10 @@
 """``:`` command mode (k9s-style): parse a command line, complete its words, pick its targets. Pure: no Textual.
 
-Commands: ``open NAME``, ``diagnose FILTER``, ``restart FILTER``, ``probe PROBE FILTER``, ``sort KEY``
+Commands: ``open NAME``, ``diagnose FILTER``, ``restart FILTER``, ``stop FILTER``, ``probe PROBE FILTER``, ``sort KEY``
 (``-KEY`` reverses), ``theme NAME``. FILTER is the grid's filter (``console/core/state.py`` ``matches``: words of the
 name, host or a tag, ``tag:x``, ``status:x``, numeric predicates ``util<5 & power>300``) plus ``name~x`` (the name
 alone). A command that changes hosts
-(``restart``) is marked ``destructive``: the caller confirms it with the exact target list first.
+(``restart``, ``stop``) is marked ``destructive``: the caller confirms it with the exact target list first.
 """
 
 from __future__ import annotations
@@ -16,16 +16,17 @@ from console.core import predicates
 from console.core.state import FleetState, InstanceState, matches
 from console.core.status import STATUSES
 
-VERBS = ("open", "diagnose", "restart", "probe", "sort", "theme")
+VERBS = ("open", "diagnose", "restart", "stop", "probe", "sort", "theme")
 USAGE = {
     "open": "open NAME",
     "diagnose": "diagnose FILTER",
     "restart": "restart FILTER",
+    "stop": "stop FILTER (the rentals: [actions] stop)",
     "probe": "probe PROBE FILTER",
     "sort": "sort KEY (-KEY reverses)",
     "theme": "theme NAME",
 }
-DESTRUCTIVE = frozenset(("restart",))
+DESTRUCTIVE = frozenset(("restart", "stop"))
 ALIASES = {"o": "open", "d": "diagnose", "diag": "diagnose", "r": "restart", "p": "probe"}
 
 
@@ -55,6 +56,7 @@ class Vocabulary:
     sort_keys: Sequence[str] = ()
     themes: Sequence[str] = ()
     statuses: Sequence[str] = field(default_factory=lambda: list(STATUSES))
+    prices: bool = False  # the fleet has rental prices (``$/h>1`` can be answered)
 
 
 def parse(line: str, vocab: Optional[Vocabulary] = None) -> Command:
@@ -68,16 +70,16 @@ def parse(line: str, vocab: Optional[Vocabulary] = None) -> Command:
         raise CommandError("unknown command %r (%s)" % (words[0], ", ".join(hint or VERBS)))
     rest = words[1:]
     vocab = vocab or Vocabulary()
-    if verb in ("diagnose", "restart"):
+    if verb in ("diagnose", "restart", "stop"):
         if not rest:
             raise CommandError("usage: %s (e.g. status:failed, tag:3090, name~vast, util<5 & power>300)" % USAGE[verb])
-        return Command(verb, filter=_checked(" ".join(rest)))
+        return Command(verb, filter=_checked(" ".join(rest), vocab.prices))
     if verb == "probe":
         if len(rest) < 2:
             raise CommandError("usage: " + USAGE[verb])
         if vocab.probes and rest[0] not in vocab.probes:
             raise CommandError("unknown probe %r (%s)" % (rest[0], ", ".join(vocab.probes)))
-        return Command(verb, arg=rest[0], filter=_checked(" ".join(rest[1:])))
+        return Command(verb, arg=rest[0], filter=_checked(" ".join(rest[1:]), vocab.prices))
     if len(rest) != 1:
         raise CommandError("usage: " + USAGE[verb])
     arg = rest[0]
@@ -99,9 +101,9 @@ def parse(line: str, vocab: Optional[Vocabulary] = None) -> Command:
     return Command(verb, arg=arg)
 
 
-def _checked(query: str) -> str:
+def _checked(query: str, prices: bool = True) -> str:
     """``query`` when its predicates parse (console/core/predicates.py); else CommandError with the one line."""
-    error = predicates.check(query)
+    error = predicates.check(query, prices)
     if error:
         raise CommandError(error)
     return query
@@ -138,7 +140,7 @@ def _candidates(words: List[str], vocab: Vocabulary) -> Tuple[int, List[str]]:
         return index, list(vocab.themes) if index == 1 else []
     if verb == "probe" and index == 1:
         return index, list(vocab.probes)
-    if verb in ("diagnose", "restart", "probe"):  # filter words
+    if verb in ("diagnose", "restart", "stop", "probe"):  # filter words
         return index, (["status:" + s for s in vocab.statuses] + ["tag:" + t for t in vocab.tags]
                        + ["name~" + n for n in vocab.names] + list(vocab.names))
     return index, []
@@ -185,6 +187,7 @@ def vocabulary(state: FleetState, probes: Iterable[str] = (), sort_keys: Iterabl
         probes=list(probes),
         sort_keys=list(sort_keys),
         themes=sorted(themes),
+        prices=any(getattr(i.instance, "price_per_hour", None) is not None for i in insts),
     )
 
 

@@ -74,6 +74,7 @@ class FleetController:
         self.demo = demo
         self.audit = audit or AuditLog()
         self.state = state if state is not None else FleetState()  # an empty FleetState is falsy (len 0)
+        self.state.currency = fleet.currency
         for inst in fleet.instances:
             self.state.add_instance(inst)
         self.links: dict[str, Link] = {}

@@ -154,7 +154,26 @@ async def refresh_imports(controller: FleetController, specs: list[ImportSpec] |
             controller.fleet_errors[key] = str(exc)
 
     await asyncio.gather(*(one(s) for s in specs))
-    await apply(controller, [*controller.file_instances, *_imported(controller)])
+    await apply(controller, [*_priced(controller), *_imported(controller)])
+
+
+def _priced(controller: FleetController) -> list[Instance]:
+    """The file's instances, those an import also lists taking the import's price (``dph_total``) and vast.ai id
+    where the file gives none of their own: an instance's own price wins over the import's, which wins over
+    ``[defaults]``."""
+    keys = {import_key(s) for s in controller.fleet.imports}
+    found = {i.name: i for key, got in controller.imported.items() if key in keys for i in got}
+    out = []
+    for inst in controller.file_instances:
+        imp = found.get(inst.name)
+        if imp is not None:
+            own = bool(inst.price_source) and not inst.price_source.endswith("[defaults]")
+            if imp.price_per_hour is not None and not own:
+                inst = dataclasses.replace(inst, price_per_hour=imp.price_per_hour, price_source=imp.price_source)
+            if inst.vast_id is None and imp.vast_id is not None:
+                inst = dataclasses.replace(inst, vast_id=imp.vast_id)
+        out.append(inst)
+    return out
 
 
 def _imported(controller: FleetController) -> list[Instance]:
@@ -190,6 +209,8 @@ async def reload(controller: FleetController) -> str:
     controller.file_instances = list(fleet.instances)
     controller.fleet.probes, controller.fleet.signatures = fleet.probes, fleet.signatures
     controller.fleet.imports = fleet.imports
+    controller.fleet.currency, controller.fleet.actions = fleet.currency, fleet.actions
+    controller.state.currency = fleet.currency
     for key in [k for k in controller.fleet_errors if k != source and k not in map(import_key, fleet.imports)]:
         del controller.fleet_errors[key]
     controller.watch.sync_imports()

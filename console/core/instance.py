@@ -23,6 +23,7 @@ from console.agent.wire.protocol import (
 )
 from console.agent.wire.timefmt import fmt_age as format_age  # one age format for the console and the diagnosis
 from console.core.rings import HISTORY_SECONDS, GpuState, LogRing
+from console.core.spend import SpendMeter
 from console.core.status import rank as status_rank
 from console.inventory import Instance
 
@@ -108,6 +109,9 @@ class InstanceState:
         self.gpu_host_ts: Optional[float] = None  # its ``ts`` (the host's clock)
         self.procs_subset = False  # the process table holds only the benchmark's and GPU's processes
         self.detail_level = "full"  # as the agent's last heartbeat said
+        self.meter = SpendMeter(time.time())  # time per spend mode (FleetState starts it on its own clock)
+        self.currency = "$"  # the fleet's ([defaults] currency), for the pane's money
+        self.stop_due: Optional[float] = None  # console clock of an announced automatic stop (core/autostop.py)
         self.adopt(instance)
 
     def adopt(self, instance: Instance) -> None:

@@ -18,7 +18,7 @@ from console.core.audit import AuditLog
 from console.core.state import FleetState
 
 HOOKS = ("on_frame", "on_link", "on_diagnosis", "on_probe", "on_tick", "on_transition", "on_audit", "on_instance",
-         "on_removed")
+         "on_removed", "on_spend")
 
 
 class ObservedState(FleetState):
@@ -50,6 +50,17 @@ class ObservedState(FleetState):
             self.seen[name] = status
             for hook in self.hooks["on_transition"]:
                 hook(name, old, status, inst.status_detail, now)
+
+    def _spent(self, inst: Any, mode: str, at: float) -> None:
+        """A spend mode change (console/core/spend.py): ``on_spend(name, mode, at, price)``."""
+        for hook in self.hooks["on_spend"]:
+            hook(inst.name, mode, at, inst.instance.price_per_hour)
+
+    def end_watch(self, now: float) -> None:
+        """The console stops watching: ``on_spend(name, "end", now, price)`` for every instance."""
+        for name, inst in self.instances.items():
+            for hook in self.hooks["on_spend"]:
+                hook(name, "end", now, inst.instance.price_per_hour)
 
     def add_instance(self, instance: Any) -> Any:
         """An instance added (or changed) while observed, e.g. by a reload: ``on_instance(instance, now)``."""

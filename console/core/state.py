@@ -34,6 +34,7 @@ from console.core.instance import (
     ProbeView,
 )
 from console.core.rings import GAP_MARKER, HISTORY_SECONDS, LOG_RING_LINES, GpuState, LogRing
+from console.core.spend import SpendMeter, mode_of
 from console.core.status import RANK
 from console.core.status_rules import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -92,12 +93,27 @@ class FleetState:
         self.order_version = 0  # bumped when statuses (hence the ordering) change
         self.frames = 0
         self._totals = FleetTotals()  # totals(): running sums, recounted per changed instance
+        self._currency = "$"  # [defaults] currency: how the money is written (each instance has it too)
+        self._notes: Deque[Tuple[str, str]] = deque(maxlen=MAX_EVENTS)  # (text, severity): the UI toasts them
+
+    @property
+    def currency(self) -> str:
+        return self._currency
+
+    @currency.setter
+    def currency(self, value: str) -> None:
+        self._currency = value
+        for inst in self.instances.values():
+            inst.currency = value
+        self.mark_dirty(self.instances)
 
     # -- feeding ----------------------------------------------------------------------------------
     def add_instance(self, instance: Instance) -> InstanceState:
         inst = self.instances.get(instance.name)
         if inst is None:
             inst = InstanceState(instance)
+            inst.meter = SpendMeter(self.clock())  # the console begins watching it (console/core/spend.py)
+            inst.currency = self._currency
             self.instances[inst.name] = inst
             self.order_version += 1
         else:
@@ -143,6 +159,14 @@ class FleetState:
         if status != old or detail != inst.status_detail:
             inst.status_detail = detail
             self._touch(inst, now)
+        mode, since = mode_of(inst, now)
+        at = inst.meter.update(mode, since)
+        if at is not None:
+            self._touch(inst, now)
+            self._spent(inst, mode, at)
+
+    def _spent(self, inst: InstanceState, mode: str, at: float) -> None:
+        """``inst`` entered spend ``mode`` at ``at`` (``ObservedState`` tells the history)."""
 
     def apply_frame(self, name: str, frame: Frame, now: Optional[float] = None) -> None:
         inst = self.instances.get(name)
@@ -244,6 +268,15 @@ class FleetState:
     def mark_dirty(self, names: Iterable[str]) -> None:
         """Have ``names`` repainted at the next ``take_dirty`` (panes whose text ages by itself)."""
         self._dirty.update(names)
+
+    def note(self, text: str, severity: str = "information") -> None:
+        """Something the core did by itself that the operator should see (the UI toasts it): an automatic stop."""
+        self._notes.append((text, severity))
+
+    def take_notes(self) -> List[Tuple[str, str]]:
+        notes = list(self._notes)
+        self._notes.clear()
+        return notes
 
     def take_events(self) -> List[Tuple[str, str, str, str]]:
         """``(name, old_status, new_status, detail)`` for every change to a worse status."""

@@ -230,6 +230,15 @@ class _Item:
             raise self.error(key, f"must be a number from {lo} to {hi}, not {_short(value)}")
         return value
 
+    def price(self, key: str) -> float | None:
+        """A price per hour (``dph_total``): a number from 0 to 10000, or absent."""
+        value = self.item.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= 10000:
+            raise self.error(key, f"must be a price per hour from 0 to 10000, not {_short(value)}")
+        return float(value)
+
     def str(self, key: str) -> str | None:
         value = self.item.get(key)
         if value is None or value == "":
@@ -252,9 +261,10 @@ def parse_vastai_instances(
     """Instance fields from ``vastai show instances --raw`` output (already JSON-decoded).
 
     Reads the real ``--raw`` fields: ``id``, ``label``, ``ssh_host`` (else ``public_ipaddr``),
-    ``ssh_port``, ``actual_status``, ``gpu_name``, ``num_gpus`` (which becomes the expected ``gpus``).
-    Each dict holds ``name``, ``host``, ``port``, ``tags``, ``gpus``, ``source``, and ``vast_id`` and
-    ``status`` for the runtime refresh. ``source`` names the file or command, ``lines`` (``json_lines``)
+    ``ssh_port``, ``actual_status``, ``gpu_name``, ``num_gpus`` (which becomes the expected ``gpus``),
+    ``dph_total`` (dollars per hour: ``price_per_hour``, when present). Each dict holds ``name``, ``host``,
+    ``port``, ``tags``, ``gpus``, ``source``, ``vast_id`` (``{vast_id}`` in [actions]) and ``status``
+    for the runtime refresh. ``source`` names the file or command, ``lines`` (``json_lines``)
     where each instance is in it, for errors.
     """
     if isinstance(data, dict) and isinstance(data.get("instances"), list):
@@ -298,7 +308,9 @@ def _vast_host(item: _Item, running_only: bool) -> dict[str, Any] | None:
     if gpu_name:
         tags.append(f"{gpus or 1}x {gpu_name}")
     line = item.lines.get((item.index,))
+    price = item.price("dph_total")
     return {
+        **({"price_per_hour": price, "price_source": "vast.ai dph_total"} if price is not None else {}),
         "name": label or f"vast-{vast_id}",
         "host": host,
         "port": port,

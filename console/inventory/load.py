@@ -27,6 +27,7 @@ from console.inventory.notify_rows import notify_specs
 from console.inventory.patterns import backtracks
 from console.inventory.probes import BUILTIN_PROBE_KEYS
 from console.inventory.records import (
+    ActionsSpec,
     BenchmarkSpec,
     Fleet,
     ImportSpec,
@@ -34,6 +35,7 @@ from console.inventory.records import (
     ProbeSpec,
     SignatureSpec,
     SourceSpec,
+    duration_seconds,
 )
 from console.inventory.schema import AlertSpec, BenchmarkRow, FleetFile, ImportRow, InstanceRow
 
@@ -41,6 +43,7 @@ DEFAULT_FLEET_PATHS = ("fleet.toml", "~/.config/fleet-console/fleet.toml")
 VASTAI_COMMAND = ("vastai", "show", "instances", "--raw")
 _ARRAYS = {"instance", "probe", "signature", "import", "alert", "notify"}
 _INSTANCE_FIELDS = set(Instance.__dataclass_fields__) - {"benchmark", "agent_extra", "source"}
+_FLEET_WIDE = ("currency",)  # [defaults] keys that are the fleet's, not each instance's
 _LISTS = ("tags", "logs", "watch_dirs", "jump")
 
 
@@ -243,6 +246,7 @@ class _Builder:
     def __init__(self, path: Path, lines: toml_text.LineIndex, doc: FleetFile) -> None:
         self.path, self.lines, self.doc = path, lines, doc
         self.defaults = _given(doc.defaults)
+        self.fleet_wide = {k: self.defaults.pop(k) for k in _FLEET_WIDE if k in self.defaults}
         self.checked_patterns: set[tuple[str, bool]] = set()
 
     def error(self, comps: list[Any], reason: str) -> ConfigError:
@@ -323,6 +327,12 @@ class _Builder:
         for key in _LISTS:
             if key in values:
                 values[key] = _strings(values[key])
+        if values.get("vast_id") is not None:
+            values["vast_id"] = str(values["vast_id"])
+        if "price_per_hour" in fields and imported is None:  # its own value, then the import's, then [defaults]
+            values["price_source"] = f"{self.path.name}:{self.lines.line([*comps, 'price_per_hour'])}"
+        elif "price_per_hour" not in fields and "price_per_hour" in self.defaults:
+            values["price_source"] = f"{self.path.name}:{self.lines.line(['defaults', 'price_per_hour'])} [defaults]"
         return Instance(**{**values, "name": name, "host": host, "benchmark": bench, "source": source})
 
     def fleet(self) -> Fleet:
@@ -355,8 +365,31 @@ class _Builder:
             sources=self.sources(),
             alerts=self.alerts(),
             notify=notify_specs(doc.notify, path, self.error, lambda comps: self.lines.headers.get(tuple(comps))),
+            currency=self.fleet_wide.get("currency", "$"),
+            actions=self.actions(),
         )
         return fleet
+
+    def actions(self) -> ActionsSpec:
+        """``[actions]``: the stop command (a template checked for its placeholders) and the automatic stop."""
+        row = self.doc.actions
+        if row is None:
+            return ActionsSpec()
+        stop = tuple(row.stop or ())
+        for i, arg in enumerate(stop):
+            try:
+                arg.format(vast_id="", name="", host="")
+            except (KeyError, IndexError, ValueError) as exc:
+                reason = f"actions.stop[{i}] {arg!r}: unknown placeholder {exc} (use {{vast_id}}, {{name}}, {{host}})"
+                raise self.error(["actions", "stop"], reason) from None
+        after = duration_seconds(row.stop_idle_after) if row.stop_idle_after is not None else None
+        if after is not None and not stop:
+            raise self.error(["actions", "stop_idle_after"], "actions.stop_idle_after needs actions.stop = [...] "
+                                                             "(the command that stops an instance)")
+        if after is not None and not 10 <= after <= 30 * 86400:
+            raise self.error(["actions", "stop_idle_after"],
+                             f"actions.stop_idle_after must be from 10s to 30d, not {row.stop_idle_after!r}")
+        return ActionsSpec(stop=stop, stop_idle_after=after, source=f"{self.path}:{self.lines.line(['actions'])}")
 
     def imported(
         self, imp: ImportRow, comps: list[Any], bench: BenchmarkSpec, specs: list[ImportSpec]
@@ -457,8 +490,14 @@ class _Builder:
                 raise self.error([*comps, "name"], reason)
             seen[row.name] = i + 1
             statuses, verdicts = _strings(row.statuses), _strings(row.verdicts)  # type: ignore[arg-type]
-            if not statuses and not verdicts:
-                raise self.error(comps, f"{who}needs statuses = [...] or verdicts = [...] (what to alert on)")
+            idle_for = duration_seconds(row.idle_for) if row.idle_for is not None else None
+            if idle_for is not None and (statuses or verdicts):
+                raise self.error(comps, f"{who}idle_for is a rule of its own: leave out statuses and verdicts")
+            if row.price_above is not None and idle_for is None:
+                raise self.error([*comps, "price_above"], f"{who}price_above needs idle_for = \"20m\"")
+            if not statuses and not verdicts and idle_for is None:
+                raise self.error(comps, f"{who}needs statuses = [...], verdicts = [...] or idle_for = \"20m\" "
+                                        "(what to alert on)")
             webhooks = _strings(row.webhook)
             if not webhooks and not row.bell:
                 raise self.error(comps, f"{who}needs webhook = \"http://...\" or bell = true (where to send it)")
@@ -470,6 +509,7 @@ class _Builder:
                 webhooks=webhooks, bell=bool(row.bell), severity=row.severity or "warning",
                 send_resolved=row.send_resolved is not False, summary=row.summary or "",
                 source=f"{self.path}:{line}" if line else str(self.path),
+                idle_for=idle_for, price_above=float(row.price_above or 0.0),
             ))
         return out
 

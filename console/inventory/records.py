@@ -115,6 +115,9 @@ class Instance:
     signatures: tuple[SignatureSpec, ...] = ()  # the fleet file's [[signature]] rows, tried before the built-ins
     agent_extra: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     source: str = ""
+    price_per_hour: float | None = None  # the rental's price per hour (None: not known)
+    price_source: str = ""  # where the price came from: "fleet.toml:12", "vast.ai dph_total", "[defaults]"
+    vast_id: str | None = None  # the vast.ai instance id (an import's ``id``): ``{vast_id}`` in [actions]
 
     @property
     def address(self) -> str:
@@ -147,6 +150,22 @@ class Instance:
         return config
 
 
+def duration_seconds(text: str) -> float:
+    """``"90s"``, ``"20m"``, ``"2h"``, ``"1d"`` (the schema's ``Duration``, already checked) in seconds."""
+    text = text.strip().lower()
+    return float(text[:-1].strip()) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[text[-1]]
+
+
+@dataclass(frozen=True)
+class ActionsSpec:
+    """``[actions]``: ``stop`` is an argv run on this machine (``{vast_id}``, ``{name}``, ``{host}`` replaced,
+    each as one argument); ``stop_idle_after`` seconds idle run it by themselves (None: never)."""
+
+    stop: tuple[str, ...] = ()
+    stop_idle_after: float | None = None
+    source: str = ""
+
+
 @dataclass
 class Fleet:
     instances: list[Instance]
@@ -157,6 +176,8 @@ class Fleet:
     sources: list[SourceSpec] = field(default_factory=list)  # [[source]] rows (Prometheus)
     alerts: list[AlertSpec] = field(default_factory=list)  # [[alert]] rules (console/monitor/alerts.py evaluates them)
     notify: list[NotifySpec] = field(default_factory=list)  # [[notify]] sinks (console/notify/ sends to them)
+    currency: str = "$"  # [defaults] currency: how prices and spend are written
+    actions: ActionsSpec = field(default_factory=ActionsSpec)
 
     def get(self, name: str) -> Instance:
         for inst in self.instances:

@@ -35,6 +35,11 @@ EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="
 ProbeKey = Annotated[str, Meta(min_length=1, max_length=1, description="one character")]
 Code = Annotated[str, Meta(pattern=r"^[a-z][a-z0-9_]{0,63}$", description="a snake_case code like disk_full")]
 Command = Annotated[list[NonEmpty], Meta(min_length=1, description="an argv list like [\"vastai\", ...]")]
+Price = Annotated[float, Meta(ge=0, le=10000, description="a price per hour from 0 to 10000 (a number, like 0.45)")]
+Currency = Annotated[str, Meta(pattern=r"^[^\s\d.,-]{1,8}$",
+                               description='a currency sign or code like "$", "€", "EUR"')]
+DURATION_RE = r"^\s*\d+(\.\d+)?\s*[smhd]\s*$"
+Duration = Annotated[str, Meta(pattern=DURATION_RE, description='a duration like "90s", "20m", "2h" or "1d"')]
 
 # Descriptions for fields whose type alone does not say enough; keyed by field name.
 DESCRIPTIONS = {
@@ -72,6 +77,8 @@ DESCRIPTIONS = {
     "notify": "[[notify]] tables",
     "type": "'ntfy', 'slack', 'discord', 'telegram', 'email' or 'webhook'",
     "to": "an address or a list of them",
+    "actions": "a table",
+    "stop": 'an argv list like ["vastai", "stop", "instance", "{vast_id}"]',
 }
 
 # Keys that exist, but not in the table they were written in: what to say instead of "did you mean".
@@ -81,6 +88,9 @@ MISPLACED = {
     ("defaults", "host"): "host is set per [[instance]]",
     ("defaults", "transport"): "transport is set per [[instance]]",
     ("top-level", "instances"): "did you mean [[instance]]?",
+    ("instance", "currency"): "the currency is set once, in [defaults]",
+    ("top-level", "currency"): "the currency goes in [defaults]",
+    ("top-level", "price_per_hour"): "price_per_hour goes in [defaults] or an [[instance]]",
 }
 
 
@@ -116,6 +126,20 @@ class HostRow(Struct, forbid_unknown_fields=True, omit_defaults=True):
     jump: Jump | None = None
     connect_timeout: ConnectTimeout | None = None
     keepalive: Keepalive | None = None
+    price_per_hour: Price | None = None  # the rental's price (currency: [defaults] currency)
+
+
+class DefaultsRow(HostRow, forbid_unknown_fields=True, omit_defaults=True):
+    """``[defaults]``: the host keys, and what is set once for the fleet."""
+
+    currency: Currency | None = None  # how money is written ("$" by default)
+
+
+class ActionsRow(Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """``[actions]``: commands run on this machine (the ops box) for an instance, ``{vast_id}`` etc. substituted."""
+
+    stop: Command | None = None  # stop (or destroy) the rental: key S, :stop, ``fleet-console stop``
+    stop_idle_after: Duration | None = None  # run ``stop`` by itself after this long idle (announced ahead)
 
 
 class InstanceRow(HostRow, forbid_unknown_fields=True, omit_defaults=True):
@@ -195,6 +219,8 @@ class AlertRow(Struct, forbid_unknown_fields=True, omit_defaults=True):
     severity: Literal["info", "warning", "error", "critical"] | None = None
     send_resolved: bool | None = None
     summary: NonEmpty | None = None
+    idle_for: Duration | None = None  # fire on idle spend: idle (benchmark down or GPUs idle) this long
+    price_above: Price | None = None  # ... at more than this price per hour (default: any price)
 
 
 @dataclass(frozen=True)
@@ -215,12 +241,14 @@ class AlertSpec:
     send_resolved: bool = True
     summary: str = ""
     source: str = ""
+    idle_for: float | None = None  # seconds of idle spend that fire it (None: a status/verdict rule)
+    price_above: float = 0.0  # only instances whose price per hour is above this
 
 
 # -- [[notify]] (console/notify/ sends to them; console/inventory/notify_rows.py checks what a type cannot say) ----
 SINK_TYPES = ("ntfy", "slack", "discord", "telegram", "email", "webhook")
 SinkType = Literal["ntfy", "slack", "discord", "telegram", "email", "webhook"]
-Duration = Annotated[str | float, Meta(description='a duration like "30s", "2m", "1h" or a number of seconds')]
+SinkDuration = Annotated[str | float, Meta(description='a duration like "30s", "2m", "1h" or a number of seconds')]
 SinkName = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="a name like ops-ntfy")]
 PerHour = Annotated[int, Meta(ge=1, le=3600, description="a whole number of messages from 1 to 3600")]
 
@@ -239,8 +267,8 @@ class NotifyRow(Struct, forbid_unknown_fields=True, omit_defaults=True):
     password: NonEmpty | None = None
     from_: NonEmpty | None = field(default=None, name="from")
     to: Strings | None = None
-    min_duration: Duration | None = None
-    group_wait: Duration | None = None
+    min_duration: SinkDuration | None = None
+    group_wait: SinkDuration | None = None
     statuses: StatusName | list[StatusName] | None = None
     instances: Strings | None = None
     tags: Strings | None = None
@@ -280,8 +308,9 @@ class NotifySpec:
 
 
 class FleetFile(Struct, forbid_unknown_fields=True, omit_defaults=True):
-    defaults: HostRow | None = None
+    defaults: DefaultsRow | None = None
     benchmark: BenchmarkRow | None = None
+    actions: ActionsRow | None = None
     instance: list[InstanceRow] = field(default_factory=list)
     probe: list[ProbeRow] = field(default_factory=list)
     signature: list[SignatureRow] = field(default_factory=list)
@@ -294,6 +323,8 @@ class FleetFile(Struct, forbid_unknown_fields=True, omit_defaults=True):
 TABLE_WORDS = {  # how a message names the table a key is in
     "FleetFile": "top-level",
     "HostRow": "defaults",
+    "DefaultsRow": "defaults",
+    "ActionsRow": "actions",
     "InstanceRow": "instance",
     "BenchmarkRow": "benchmark",
     "ProbeRow": "probe",

@@ -32,6 +32,19 @@ class GpuSummary(_Out):
     simulated: bool
 
 
+class Spend(_Out):
+    price_per_hour: Optional[float] = Field(None, description="the rental's price per hour (null: not known)")
+    price_source: Optional[str] = Field(None, description="where the price came from (fleet.toml line, vast.ai)")
+    mode: str = Field(description="bench | idle (benchmark down or GPUs idle: paid for nothing) | other")
+    watched_s: float = Field(description="seconds since the console began watching it")
+    benchmark_s: float
+    idle_s: float = Field(description="seconds benchmark-down or GPU-idle since the console began watching")
+    idle_episode_s: float
+    spend: Optional[float] = Field(None, description="money spent while watched (fleet currency)")
+    idle_spend: Optional[float] = Field(None, description="money spent idle (fleet currency)")
+    since_benchmark_spend: Optional[float] = None
+
+
 class InstanceRow(_Out):
     name: str
     address: str
@@ -45,6 +58,7 @@ class InstanceRow(_Out):
     gpus: GpuSummary
     flags: list[str]
     data_age_s: Optional[float] = Field(None, description="seconds since the instance last sent anything")
+    spend: Optional[Spend] = None
 
 
 class FleetStatus(_Out):
@@ -53,6 +67,8 @@ class FleetStatus(_Out):
     fleet_totals: dict[str, int]
     truncated: bool
     note: Optional[str] = None
+    currency: str = "$"
+    fleet_rates: Optional[dict[str, float]] = Field(None, description="burning_per_hour, idle_per_hour")
 
 
 class GpuProc(_Out):

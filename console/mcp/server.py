@@ -151,7 +151,8 @@ class FleetTools:
         """Every instance, trouble first: status, benchmark state, last verdict, GPU summary, age of its data."""
         await self._settle(list(self.state.instances))
         self.state.tick()
-        error = predicates.check(filter)
+        priced = any(i.instance.price_per_hour is not None for i in self.state.instances.values())
+        error = predicates.check(filter, priced)
         if error:
             raise ToolError(error)
         data = tools.fleet_status(self.state, time.time(), name=name, tag=tag, status=status, query=filter)

@@ -12,6 +12,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from console.agent.wire.config import STARTUP_GRACE_SECONDS
 from console.agent.wire.wording import clip_words
+from console.core.spend import fleet_rates, spend_row
 from console.core.state import FleetState, InstanceState, LogRing
 from console.mcp import safe
 
@@ -79,6 +80,7 @@ def status_row(inst: InstanceState, now: float) -> Dict[str, Any]:
         "gpus": gpu_summary(inst),
         "flags": [safe.field(f, 60) for f in inst.flags()],
         "data_age_s": None if age is None else round(age, 1),
+        "spend": spend_row(inst, now),
     }
 
 
@@ -98,7 +100,11 @@ def fleet_status(
             continue
         rows.append(row)
     totals = state.totals()
-    result: Dict[str, Any] = {"instances": rows, "matched": len(rows), "fleet_totals": totals, "truncated": False}
+    burning, idle, priced = fleet_rates(state.instances.values())
+    result: Dict[str, Any] = {"instances": rows, "matched": len(rows), "fleet_totals": totals, "truncated": False,
+                              "currency": state.currency,
+                              "fleet_rates": {"burning_per_hour": round(burning, 4), "idle_per_hour": round(idle, 4)}
+                              if priced else None}
     dropped = safe.fit_list(result, "instances", keep="head")
     if dropped:
         result["truncated"] = True
@@ -114,9 +120,12 @@ def render_status(result: Dict[str, Any]) -> str:
         verdict = f" verdict={row['verdict']['code']}" if row["verdict"] else ""
         age = "-" if row["data_age_s"] is None else f"{row['data_age_s']:g}s"
         detail = f": {row['detail']}" if row["detail"] else ""
+        money = row["spend"]
+        cost = "" if money["price_per_hour"] is None else (
+            f" | {money['price_per_hour']:g}/h, spent {money['spend']:.2f}, idle {money['idle_spend']:.2f}")
         lines.append(
             f"{row['name']}: {row['status']}{detail} | benchmark {row['benchmark']} | "
-            f"{g['count']} GPUs util {util}{verdict} | data age {age}"
+            f"{g['count']} GPUs util {util}{verdict} | data age {age}{cost}"
         )
     t = result["fleet_totals"]
     lines.append(f"{result['matched']} shown; fleet: {t['instances']} instances, {t['failing']} failing, "

@@ -35,6 +35,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from console.agent.wire.timefmt import fmt_age
+from console.core.spend import fmt_money, money
 from console.core.state import FleetState, InstanceState
 from console.core.text_safety import one_line, url_origin
 from console.inventory.schema import AlertSpec
@@ -47,6 +49,18 @@ BACKOFF_MAX = 300.0
 MAX_ATTEMPTS = 12
 MAX_QUEUE = 1000
 ZERO_TIME = "0001-01-01T00:00:00Z"  # Alertmanager's "no end" for a firing alert
+AUTO_STOP = "AutoStop"  # the announcement of an automatic stop, sent wherever the fleet's rules send
+
+
+def auto_stop_rule(rules: list[AlertSpec]) -> AlertSpec | None:
+    """The ``AutoStop`` announcement to every webhook of the rules (and the bell where one rings), once an
+    episode; None with nowhere to send it."""
+    hooks = tuple(dict.fromkeys(url for rule in rules for url in rule.webhooks))
+    bell = any(rule.bell for rule in rules)
+    if not hooks and not bell:
+        return None
+    return AlertSpec(name=AUTO_STOP, webhooks=hooks, bell=bell, repeat=0.0, severity="warning", idle_for=0.0,
+                     summary="an idle instance will be stopped ([actions] stop_idle_after)", source=AUTO_STOP)
 
 
 def fleet_alerts(fleet: Any) -> list[AlertSpec]:
@@ -92,7 +106,21 @@ def matches(rule: AlertSpec, inst: InstanceState) -> bool:
     return not rule.tags or any(t in inst.tags for t in rule.tags)
 
 
-def condition(rule: AlertSpec, inst: InstanceState) -> tuple[bool, str, str, str]:
+def idle_condition(rule: AlertSpec, inst: InstanceState, now: float, currency: str = "$") -> tuple[bool, str]:
+    """An ``idle_for`` rule (idle spend): the instance idle (console/core/spend.py) that long at a price above
+    ``price_above``; an ``AutoStop`` rule: an automatic stop is announced (console/core/autostop.py)."""
+    if rule.name == AUTO_STOP and rule.source == AUTO_STOP:
+        due = inst.stop_due
+        return due is not None, f"stops itself in {fmt_age(max(0.0, due - now))} unless work resumes" if due else ""
+    price = inst.instance.price_per_hour
+    episode = inst.meter.episode(now)
+    if price is None or price <= rule.price_above or inst.meter.mode != "idle" or episode < (rule.idle_for or 0):
+        return False, ""
+    return True, (f"idle {fmt_age(episode)} at {fmt_money(price, currency)}/h: "
+                  f"{fmt_money(money(episode, price), currency)} so far")
+
+
+def condition(rule: AlertSpec, inst: InstanceState, now: float = 0.0) -> tuple[bool, str, str, str]:
     """(true?, the status it is in, the verdict code, why) for one instance under one rule.
 
     A host between two reconnect attempts shows "connecting": its last settled status counts, so an
@@ -103,6 +131,9 @@ def condition(rule: AlertSpec, inst: InstanceState) -> tuple[bool, str, str, str
         status, detail = inst.settled_status, inst.settled_detail
     diag: dict[str, Any] = dict(inst.diagnosis or {})
     verdict = str((diag.get("verdict") or {}).get("code") or "")
+    if rule.idle_for is not None:
+        true, why = idle_condition(rule, inst, now)
+        return true, status, verdict, why
     if status in rule.statuses:
         return True, status, verdict, detail
     if verdict and verdict in rule.verdicts:
@@ -253,6 +284,9 @@ class AlertEngine:
     def __init__(self, rules: Iterable[AlertSpec], state: FleetState, bell: Callable[[], None] | None = None,
                  count: Callable[[str, tuple[str, ...]], None] | None = None) -> None:
         self.rules = list(rules)
+        auto = auto_stop_rule(self.rules)
+        if auto is not None and all(r.name != AUTO_STOP for r in self.rules):
+            self.rules.append(auto)
         self.state = state
         self.bell = bell
         self.count = count
@@ -285,7 +319,7 @@ class AlertEngine:
                 if not matches(rule, inst):
                     self._clear(key, now, out)
                     continue
-                true, status, verdict, detail = condition(rule, inst)
+                true, status, verdict, detail = condition(rule, inst, now)
                 if not true:
                     self._clear(key, now, out)
                     continue
@@ -296,12 +330,16 @@ class AlertEngine:
                                 "severity": rule.severity, "tags": ",".join(inst.tags)}
                 if verdict:
                     alert.labels["verdict"] = verdict
+                if rule.idle_for is not None and inst.instance.price_per_hour is not None:  # idle spend
+                    alert.labels["price_per_hour"] = f"{inst.instance.price_per_hour:g}"
+                    alert.labels["idle_spend"] = f"{money(inst.meter.episode(now), inst.instance.price_per_hour):.2f}"
                 alert.detail = detail
                 if not alert.firing and now - alert.pending_since >= rule.for_seconds:
                     alert.firing, alert.starts_at, alert.last_sent = True, now, now
                     out.setdefault((rule.name, "firing"), []).append(alert.as_json("firing", now))
                     ring = ring or rule.bell
-                elif alert.firing and rule.repeat > 0 and now - alert.last_sent >= rule.repeat:
+                elif (alert.firing and rule.repeat > 0 and rule.idle_for is None  # idle spend: once an episode
+                      and now - alert.last_sent >= rule.repeat):
                     alert.last_sent = now
                     out.setdefault((rule.name, "firing"), []).append(alert.as_json("firing", now))
         for key in [k for k in self.active if k[1] not in self.state.instances]:  # instance left the fleet

@@ -194,6 +194,11 @@ class History:
         self.event(ts, name, "verdict", verdict.get("code"), verdict.get("summary"),
                    {"severity": verdict.get("severity"), "findings": findings})
 
+    def spend(self, ts: float, name: str, mode: str, price: float | None) -> None:
+        """A watch session's start (``watch``), end (``end``), or its spend mode from ``ts`` on
+        (``bench``/``idle``/``other``: console/core/spend.py), with the price per hour then."""
+        self.event(ts, name, "spend", mode, None, {"price": price})
+
     def restart(self, ts: float, name: str, outcome: str, result: Any) -> None:
         self.event(ts, name, "restart", outcome, None, result)
 

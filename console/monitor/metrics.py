@@ -87,8 +87,18 @@ def gather(state: FleetState, counters: Counts, now: float, seeds: Seeds | None 
     proc_mem = f("fleet_process_gpu_memory_bytes", "GPU memory of the benchmark's processes, summed per program",
                  [*INST, "gpu", "process"])
     totals = f("fleet_instances", "instances by status", ["status"])
+    price = f("fleet_instance_price_per_hour", f"the rental's price per hour ({state.currency})", INST)
+    idle_s = f("fleet_instance_idle_seconds", "seconds benchmark-down or GPU-idle since the console began watching",
+               INST, "counter")
+    spend = f("fleet_instance_spend", f"money spent ({state.currency}) since the console began watching", INST,
+              "counter")
     for inst in state.instances.values():
         base = (inst.name,)
+        idle_s.samples.append((base, inst.meter.seconds("idle", now)))
+        cost = inst.instance.price_per_hour
+        if cost is not None:
+            price.samples.append((base, cost))
+            spend.samples.append((base, inst.meter.watched(now) * cost / 3600.0))
         info.samples.append(((inst.name, inst.host, ",".join(inst.tags)), 1.0))
         up.samples.append((base, 1.0 if inst.link_status == "connected" else 0.0))
         current = inst.status
@@ -121,7 +131,7 @@ def gather(state: FleetState, counters: Counts, now: float, seeds: Seeds | None 
     frames = f("fleet_frames", "frames received from the agents", [], "counter")
     frames.samples.append(((), float(state.frames)))
     out = [info, up, status, age, bench, verdict, verdict_ts, findings, lost, *(g for g, _, _ in gauges), proc_mem,
-           totals, frames]
+           totals, frames, price, idle_s, spend]
     zeros = _counter_zeros(state, seeds or {})
     for metric, (text, names) in COUNTERS.items():
         counter = f(metric, text, names, "counter")

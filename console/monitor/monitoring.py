@@ -36,6 +36,34 @@ class HistoryObserver:
     def __init__(self, history: Any, state: ObservedState | None = None) -> None:
         self.h = history
         self.state = state  # whether a change is start-up or a reload settling (InstanceState.settling)
+        self.watched: set[str] = set()  # instances whose watch session the history has (spend: report.py)
+        for name in list(state.instances) if state is not None else ():
+            self._watch(name)
+
+    def _watch(self, name: str) -> None:
+        """The session's start (and the mode it is in already), for ``fleet-console report``."""
+        inst = self.state.instances.get(name) if self.state is not None else None
+        if inst is None or name in self.watched:
+            return
+        self.watched.add(name)
+        price = inst.instance.price_per_hour
+        self.h.spend(inst.meter.since, name, "watch", price)
+        if inst.meter.mode != "other":
+            self.h.spend(inst.meter.mode_since, name, inst.meter.mode, price)
+
+    def on_instance(self, instance: Any, now: float) -> None:
+        self._watch(instance.name)
+
+    def on_spend(self, name: str, mode: str, at: float, price: float | None) -> None:
+        if name in self.watched:
+            self.h.spend(at, name, mode, price)
+        if mode == "end":
+            self.watched.discard(name)
+
+    def on_removed(self, name: str, now: float) -> None:
+        if name in self.watched:
+            self.watched.discard(name)
+            self.h.spend(now, name, "end", None)
 
     def _settling(self, name: str, now: float) -> bool:
         inst = self.state.instances.get(name) if self.state is not None else None
@@ -62,8 +90,9 @@ class HistoryObserver:
         self.h.flush(now)
 
     def on_audit(self, entry: dict[str, Any]) -> None:
-        if entry.get("action") == "restart":
-            self.h.restart(time.time(), entry["instance"], entry.get("outcome") or "", entry.get("result"))
+        if entry.get("action") in ("restart", "stop"):
+            self.h.event(time.time(), entry["instance"], entry["action"], entry.get("outcome") or "", None,
+                         entry.get("result"))
 
 
 class Monitoring:
@@ -110,6 +139,7 @@ class Monitoring:
         self.alerts: Any = None
         self.notifier: Any = None  # the [[notify]] sinks (console/notify/dispatch.py)
         self.server: Any = None
+        self.autostop: Any = None
         self._task: asyncio.Task[None] | None = None
         self.state.observe(self)
 
@@ -189,6 +219,9 @@ class Monitoring:
             self.server = MetricsServer(collector, *self.metrics_at, security=self.metrics_security)
             await self.server.start()
             log.info("metrics on %s (%s)", self.server.url, self.server.security.describe())
+        from console.core.autostop import AutoStop
+
+        self.autostop = AutoStop(controller)
         self._task = asyncio.get_running_loop().create_task(self._ticker(), name="monitoring")
 
     async def _ticker(self) -> None:
@@ -196,6 +229,8 @@ class Monitoring:
             await asyncio.sleep(TICK)
             try:
                 self.state.tick()
+                if self.autostop is not None:
+                    self.autostop.evaluate(self.state.clock())
                 if self.alerts is not None:
                     self.alerts.evaluate()
                 if self.notifier is not None:
@@ -205,6 +240,7 @@ class Monitoring:
 
     async def stop(self) -> None:
         self.state.forget_removed(self.state.clock())  # a reload just before: the recording says so too
+        self.state.end_watch(self.state.clock())  # the watch sessions end here (the report's spend)
         for hooks in self.state.hooks.values():  # nothing is observed from here on
             hooks.clear()
         if self._task is not None:
@@ -214,6 +250,8 @@ class Monitoring:
             self._task = None
         if self.server is not None:
             await self.server.stop()
+        if self.autostop is not None:
+            await self.autostop.close()
         if self.alerts is not None:
             await self.alerts.stop()
         if self.notifier is not None:

@@ -74,6 +74,7 @@ class FleetApp(NoticeBoard, ScreenshotDelivery):
         Binding("r", "restart", "Restart"),
         Binding("r", "refuse_restart", "Restart", show=False),  # read-only: no footer entry, r still answers
         Binding("p", "probe", "Probes"),
+        Binding("X", "stop_rental", "Stop rental", show=False),  # [actions] stop, confirmed (ui/stop_actions.py)
         Binding("t", "cycle_theme", "Theme"),
         Binding("R", "reload", "Reload"),
         Binding("e", "timeline", "Events"),
@@ -203,6 +204,8 @@ class FleetApp(NoticeBoard, ScreenshotDelivery):
             self.update_header()
         if events:
             self.report_events(events)
+        for text, severity in state.take_notes():  # what the core did by itself: an automatic stop announced
+            self.notify(text, title="Automatic stop", severity=severity, timeout=12)
         self.frames_painted += 1
 
     def _frame_held(self, now: float) -> bool:
@@ -380,6 +383,13 @@ class FleetApp(NoticeBoard, ScreenshotDelivery):
             self.notify("no instance to restart", severity="warning")
             return
         fleet_actions.confirm_restart(self, names)
+
+    def action_stop_rental(self) -> None:
+        from console.ui.stop_actions import confirm_stop
+
+        names = self.targets()
+        if names:
+            confirm_stop(self, names)
 
     def action_restart_current(self) -> None:
         self.action_restart()

@@ -42,6 +42,10 @@ def run_command(app: FleetApp, command: Command) -> None:
             app.run_worker(fleet_actions.run_probe(app, name, command.arg), group="probe")
     elif verb == "restart":
         fleet_actions.confirm_restart(app, names, asked_as=":restart %s" % command.filter)
+    elif verb == "stop":
+        from console.ui.stop_actions import confirm_stop
+
+        confirm_stop(app, names, asked_as=":stop %s" % command.filter)
 
 
 __all__ = ["run_command"]

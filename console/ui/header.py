@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from console.agent.wire.wording import plural
+from console.core.spend import fleet_rates, fmt_money
 from console.core.state import FleetState
 from console.core.status import BADGES, TABLE
 from widgets.fleet_grid import FleetGrid
@@ -37,6 +38,11 @@ def fleet_header(state: FleetState, grid: FleetGrid, *, demo: bool, read_only: b
         text.append(" · %d connecting" % totals["connecting"])
     elif not parts and totals["instances"]:
         text.append(" · all ok")  # only once every instance has answered
+    burning, idle, priced = fleet_rates(state.instances.values())
+    if priced:  # what the fleet costs an hour, and the part paid for idle instances
+        cur = state.currency
+        text.append(" · %s/h burning" % fmt_money(burning, cur))
+        text.append(", %s/h idle" % fmt_money(idle, cur), "bold" if idle else "")
     if grid.selected:
         text.append(" · %d selected" % len(grid.selected), "bold")
     if grid.query_text:
