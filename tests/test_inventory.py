@@ -84,8 +84,8 @@ BAD: list[tuple[str, int | None, str]] = [
     (I + "benchmark = { mach = 'x' }\n", 4, "instance 'a': unknown benchmark key 'mach' (did you mean 'match'?)"),
     ("instances = 1\n", 1, "unknown top-level key 'instances' (did you mean [[instance]]?)"),
     ("colour = 1\n", 1,
-     "unknown top-level key 'colour' (expected one of actions, alert, benchmark, defaults, import, instance, probe, "
-     "signature, "
+     "unknown top-level key 'colour' (expected one of actions, alert, benchmark, defaults, import, instance, notify, "
+     "probe, signature, "
      "source)"),
     ("[defaults]\nusr = 'x'\n", 2, "unknown defaults key 'usr' (did you mean 'user'?)"),
     ("[defaults]\nbenchmark = {}\n", 2,
@@ -135,8 +135,8 @@ BAD: list[tuple[str, int | None, str]] = [
     (I + "port = 1\nport = 2\n", 5, "invalid TOML: Cannot overwrite a value"),
     ("[[instance]]\nname = 'a'\nhost = 'x", 3, "invalid TOML: Expected \"'\""),
     ("\n[[0.1instance]]\n", 2,
-     "unknown top-level key '0' (expected one of actions, alert, benchmark, defaults, import, instance, probe, "
-     "signature, "
+     "unknown top-level key '0' (expected one of actions, alert, benchmark, defaults, import, instance, notify, "
+     "probe, signature, "
      "source)"),
 ]
 

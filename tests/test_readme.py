@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from console.inventory import load_fleet
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def test_the_readme_fleet_example_loads(tmp_path: Path) -> None:
+def test_the_readme_fleet_example_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NTFY_TOKEN", "tk_readme_example")  # its [[notify]] row takes the token from the environment
     text = README.read_text()
     start = text.index("```toml\n[defaults]") + len("```toml\n")
     example = text[start : text.index("```", start)]
