@@ -9,6 +9,7 @@ import re
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from console.agent.wire.timefmt import fmt_age as format_age
+from console.core.gpu_health import instance_failure, instance_marks
 from console.core.state import BUSY_UTIL, InstanceState
 
 from .palette import Palette
@@ -26,6 +27,7 @@ COLUMNS: Tuple[Tuple[str, str, int, int, bool], ...] = (
     ("temp", "TEMP", 5, 5, True),
     ("power", "POWER", 6, 8, True),
     ("uptime", "UP", 6, 6, True),
+    ("health", "HEALTH", 16, 5, False),
     ("verdict", "VERDICT", 22, 4, False),
     ("progress", "LAST PROGRESS", 0, 0, False),
 )
@@ -153,6 +155,8 @@ def row_values(inst: InstanceState, now: float) -> Dict[str, Any]:
         "progress": progress_at,  # sorts on how recent it is
         "progress_text": progress_text(inst),
         "progress_age": None if progress_at is None or stalled(inst) else max(0.0, now - progress_at),
+        "health": ", ".join(instance_marks(inst.gpus.values(), now)) if inst.gpus else "",
+        "health_failed": bool(inst.gpus) and bool(instance_failure(inst.gpus.values(), now)),
         "verdict": inst.verdict_summary() if inst.diagnosis else "",
         "verdict_current": inst.diagnosis_counts(),
         "verdict_age": inst.verdict_age(now),
@@ -246,6 +250,9 @@ def row_line(values: Dict[str, Any], cols: Layout, pal: Palette, status: str, *,
             text = _num(values["power"], "%dW")
         elif key == "uptime":
             text = format_age(values["uptime"]) if values["uptime"] is not None else "—"
+        elif key == "health":  # NVML's marks: ECC, Xid, row remap (red), throttling and a narrow link (warn)
+            text = values["health"] or "—"
+            style = figure or (pal.error if values["health_failed"] else pal.warn if values["health"] else pal.dim)
         elif key == "verdict":  # the verdict and its age, kept in view as the progress column's
             age = values["verdict_age"] if values["verdict"] else None
             suffix = " (%s)" % format_age(age) if age is not None else ""
