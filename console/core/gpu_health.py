@@ -9,7 +9,7 @@ warnings: a mark and a line, the status stays OK. A field the card does not repo
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, cast
 
 from console.agent.wire.timefmt import fmt_age
 from console.core.rings import GpuState
@@ -37,6 +37,10 @@ REASON_LABELS = {
 JSON_KEYS = ("ecc_uncorrected", "ecc_corrected", "remapped_rows", "retired_pages", "clock_events", "pcie")
 
 
+def _h(gpu: GpuState) -> Dict[str, Any]:
+    return cast(Dict[str, Any], gpu.health)
+
+
 def fatal_xids(gpu: GpuState, now: float) -> List[Dict[str, Any]]:
     """The GPU's fatal Xid events of the last ``FATAL_XID_FOR`` seconds (``now``: epoch)."""
     return [e for e in gpu.xids if e["xid"] in FATAL_XIDS and now - e["time"] < FATAL_XID_FOR]
@@ -44,7 +48,7 @@ def fatal_xids(gpu: GpuState, now: float) -> List[Dict[str, Any]]:
 
 def failure(gpu: GpuState, now: float) -> str:
     """Why this GPU is failing ("" when it is not): uncorrectable ECC, a failed row remap, a fatal Xid."""
-    health: Dict[str, Any] = dict(gpu.health)
+    health: Dict[str, Any] = _h(gpu)
     why = []
     unc = health.get("ecc_uncorrected")
     if isinstance(unc, int) and unc > 0:
@@ -65,7 +69,7 @@ def instance_failure(gpus: Iterable[GpuState], now: float) -> str:
 
 def throttling(gpu: GpuState, now: float) -> List[str]:
     """Active trouble clock reasons with how long: ``HW slowdown 5m``."""
-    health: Dict[str, Any] = dict(gpu.health)
+    health: Dict[str, Any] = _h(gpu)
     since: Dict[str, Any] = health.get("clock_since") or {}
     out = []
     for name in health.get("clock_events") or ():
@@ -77,7 +81,7 @@ def throttling(gpu: GpuState, now: float) -> List[str]:
 
 def degraded_link(gpu: GpuState) -> str:
     """``PCIe x8/16`` when the link trained narrower than the card's (generation drops at idle are normal)."""
-    pcie: Dict[str, Any] = dict(gpu.health).get("pcie") or {}
+    pcie: Dict[str, Any] = _h(gpu).get("pcie") or {}
     width, top = pcie.get("width"), pcie.get("max_width")
     if isinstance(width, int) and isinstance(top, int) and 0 < width < top:
         return "PCIe x%d/%d" % (width, top)
@@ -87,7 +91,7 @@ def degraded_link(gpu: GpuState) -> str:
 def marks(gpu: GpuState, now: float) -> List[str]:
     """Short marks for the pane and the table: ``ECC 2``, ``Xid 79``, ``remap failed``, ``HW slowdown 5m``,
     ``PCIe x8/16`` (failures first)."""
-    health: Dict[str, Any] = dict(gpu.health)
+    health: Dict[str, Any] = _h(gpu)
     out = []
     unc = health.get("ecc_uncorrected")
     if isinstance(unc, int) and unc > 0:
@@ -109,7 +113,7 @@ def instance_marks(gpus: Iterable[GpuState], now: float) -> List[str]:
 
 def health_json(gpu: GpuState) -> Dict[str, Any]:
     """The ``health`` object of ``status --json`` and MCP: only what the card reports, ``xids`` always."""
-    health: Dict[str, Any] = dict(gpu.health)
+    health: Dict[str, Any] = _h(gpu)
     out: Dict[str, Any] = {key: health[key] for key in JSON_KEYS if key in health}
     for key in ("ecc_mode", "ecc_corrected_agg", "ecc_uncorrected_agg", "clock_since", "pstate", "persistence",
                 "nvlink"):
@@ -121,7 +125,7 @@ def health_json(gpu: GpuState) -> Dict[str, Any]:
 
 def panel_lines(gpu: GpuState, now_console: float, now: float) -> List[str]:
     """The GPUs tab's health lines for one GPU: every field it reports and how long ago it last changed."""
-    health: Dict[str, Any] = dict(gpu.health)
+    health: Dict[str, Any] = _h(gpu)
     parts: List[str] = []
 
     def changed(key: str) -> str:
