@@ -246,6 +246,9 @@ def boxed_lines(
     if detail is not None:
         sub = detail
     out.append(boxed(sub))
+    marks = instance_marks(inst.gpus.values(), now) if detail is not None and inst.gpus else []
+    if marks:  # the trouble reason took the flags' line: the GPUs' health marks get their own
+        out.append(boxed(Line(", ".join(marks), pal.warn)))
     gpus = sorted(inst.gpus.values(), key=lambda g: g.index)
     if not gpus:
         out.append(boxed(gpu_summary(inst, pal, inner)))

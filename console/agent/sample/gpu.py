@@ -121,14 +121,16 @@ class GpuSampler:
         self.health = HealthReader(self.nvml) if self.nvml is not None else None
         self.xids = XidWatcher(self.nvml) if self.nvml is not None else None
         self._xid_queue: List[XidEvent] = []  # events for the loop to send (``take_xids``) before the gpu frame
+        self.xid_history: Deque[XidEvent] = deque(maxlen=64)  # every Xid this agent knows of (the diagnosis's)
         self._register_due = False
+        self._earlier_due = False
         self._init()
 
     def set_xid_log(self, path: Optional[str]) -> None:
         """Where this host's Xids are kept across agents (``gpuxid.py``); the earlier ones are sent again."""
         if self.xids is not None and path:
             self.xids.log_path = path
-            self._xid_queue[:0] = self.xids.earlier()
+            self._earlier_due = True  # sent at the first poll: only those of the GPUs this host has now (uuid)
 
     def take_xids(self) -> List[XidEvent]:
         """The Xid events not sent yet (``xid`` frames, sent before the gpu frame of the same sample)."""
@@ -262,9 +264,17 @@ class GpuSampler:
         if self._register_due:
             self._register_due = False
             self.xids.register([(dev.index, dev.handle) for dev in self.devices if not dev.lost])
+        uuids = {dev.index: (dev.static or {}).get("uuid") for dev in self.devices}
+        if self._earlier_due:
+            self._earlier_due = False
+            here = {u for u in uuids.values() if u}
+            earlier = [e for e in self.xids.earlier() if e.get("uuid") in here]  # a GPU swapped out: not its Xids
+            self._xid_queue[:0] = earlier
+            self.xid_history.extendleft(reversed(earlier))
         if self.xids.registered:
-            uuids = {dev.index: (dev.static or {}).get("uuid") for dev in self.devices}
-            self._xid_queue.extend(self.xids.poll(uuids))
+            events = self.xids.poll(uuids)
+            self._xid_queue.extend(events)
+            self.xid_history.extend(events)
 
     def _driver_gone(self, message: str, now: float) -> Dict[str, Any]:
         """A device call said the driver is gone: state no_gpu, NVML initialized again after ``_retry`` s."""
