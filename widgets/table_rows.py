@@ -27,7 +27,7 @@ COLUMNS: Tuple[Tuple[str, str, int, int, bool], ...] = (
     ("temp", "TEMP", 5, 5, True),
     ("power", "POWER", 6, 8, True),
     ("uptime", "UP", 6, 6, True),
-    ("health", "HEALTH", 16, 5, False),
+    ("health", "HEALTH", 16, 9, False),  # dropped first when narrow (the pane and the GPUs tab say it too)
     ("verdict", "VERDICT", 22, 4, False),
     ("progress", "LAST PROGRESS", 0, 0, False),
 )
