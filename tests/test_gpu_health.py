@@ -179,3 +179,50 @@ def ssh_instance_like() -> Any:
 
 def pane_lines_text(inst: Any, now: float) -> list[str]:
     return [line.plain for line in pane_lines(inst, Palette.from_theme(DARK), 160, 14, now, compact=False)]
+
+
+def test_history_records_a_reason_switching_on_and_an_xid_once(tmp_path: Path) -> None:
+    """The agent's frames (real pynvml path) into the history: HW slowdown switching on is one event, the
+    minute's full frames repeating it are none, an Xid queued while it runs is one event."""
+    from console.monitor.history import History
+    from console.monitor.monitoring import HistoryObserver
+
+    fake = nvml.FakeNvml(nvml.build_libnvml(), tmp_path / "state.json")
+    devices = [datacenter_card(0), datacenter_card(1)]
+    fake.write(nvml.state(devices))
+    env = dict(os.environ, **fake.env, PYTHONPATH=str(ROOT))
+    agent = subprocess.Popen([sys.executable, "-m", "console.agent", "--no-stdin", "--interval", "0.2",
+                              "--max-seconds", "20"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    history = History(tmp_path / "h.sqlite3")
+    observer = HistoryObserver(history)
+    try:
+        assert agent.stdout is not None
+        frames: list[dict[str, Any]] = []
+
+        def read_until(pred: Any) -> None:
+            while not pred():
+                line = agent.stdout.readline()  # type: ignore[union-attr]
+                assert line, "the agent ended"
+                frame = decode(line)
+                frames.append(frame)
+                observer.on_frame("box", frame, time.time())
+
+        read_until(lambda: sum(f["type"] == "gpu" for f in frames) >= 2)
+        devices[1]["clock_events"] = ["hw_slowdown"]
+        devices[0]["xids"] = [{"xid": 79}]
+        fake.write(nvml.state(devices))
+        read_until(lambda: any(f["type"] == "xid" for f in frames)
+                   and any("health" in d and d["health"].get("clock_events") for f in frames if f["type"] == "gpu"
+                           for d in f["devices"]))
+    finally:
+        agent.kill()
+        agent.wait()
+    from console.monitor.history import HistoryReader
+
+    history.close()
+    reader = HistoryReader(tmp_path / "h.sqlite3")
+    events = reader.events("box", kinds=["gpu_health"])
+    reader.close()
+    assert [(e["status"], e["detail"]) for e in events if e["status"] == "xid"] == [("xid", "GPU 0: Xid 79")]
+    health = [e for e in events if e["status"] == "health"]
+    assert len(health) == 1 and health[0]["detail"].startswith("GPU 1: clock_events [\"hw_slowdown\"]")
