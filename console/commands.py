@@ -15,6 +15,7 @@ from typing import Any
 from console.agent.wire.wording import code_and_summary
 from console.core.actions import ActionError
 from console.core.controller import FleetController, describe_restart
+from console.core.gpu_health import health_json
 from console.core.restart_plan import plan_lines
 from console.fleet_file import fail, load_fleet_file
 from console.inventory import ConfigError, Fleet
@@ -270,7 +271,7 @@ def status_row(controller: FleetController, name: str) -> dict[str, Any]:
         "link": inst.link_status,
         "gpus": [
             {"index": g.index, "name": g.get("name"), "util": g.util, "mem_used": g.get("mem_used"),
-             "mem_total": g.get("mem_total"), "lost": g.lost}
+             "mem_total": g.get("mem_total"), "lost": g.lost, "health": health_json(g)}
             for g in sorted(inst.gpus.values(), key=lambda g: g.index)
         ],
     }

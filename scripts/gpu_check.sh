@@ -6,7 +6,9 @@
 #      a small torch process allocates 256 MiB on GPU 0; its pid (as this /proc numbers it, also in a
 #      container) must carry GPU memory in the procs frames and in the device's processes, and no process
 #      the agent itself started may,
-#   4. the agent's figures against nvidia-smi's, read alongside (scripts/gpu_compare.py).
+#   4. the agent's figures against nvidia-smi's, read alongside (scripts/gpu_compare.py),
+#   5. every NVML health call the agent makes (ECC, retired pages, remapped rows, clock event reasons, PCIe,
+#      pstate, persistence, NVLink, the Xid event set), straight through pynvml, against the agent's record.
 # Needs only python3 and this repo; nvidia-ml-py + psutil are installed into .gpu-check-venv when missing.
 #   scripts/gpu_check.sh [SECONDS]      (default 20; frames kept in $OUT, a temporary directory by default)
 # Exit status: 0 every check passed, 1 a check failed, 2 the check could not run (no nvidia-smi, no python3).
@@ -117,6 +119,76 @@ if cuda_pid is not None:
     check(bool(listed), "the CUDA process is in its device's processes (%s)" % (listed[-1] if listed else None))
     agent_pid = (hello or {}).get("pid")
     check(not gpu_mem.get(agent_pid), "the agent itself carries no GPU memory")
+sys.exit(1 if failed else 0)
+EOF
+# -- 5. GPU health through NVML (issue 30): every call the agent makes, straight through pynvml -----------------
+# Each answers a value or an NVML error (NOT_SUPPORTED / NO_PERMISSION are fine: consumer cards, containers);
+# anything else (a crash, a missing symbol in this driver) fails. The agent's health record must agree.
+$PY - "$OUT/agent.jsonl" <<'EOF' || STATUS=1
+import json, sys
+import pynvml as n
+
+n.nvmlInit()
+failed = []
+frames = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+health = {}
+for f in frames:
+    if f["type"] == "gpu":
+        for d in f.get("devices", []):
+            if "health" in d:
+                health[d["index"]] = d["health"]
+print("     xid frames from the agent: %d" % sum(1 for f in frames if f["type"] == "xid"))
+
+def call(what, fn, *args):
+    try:
+        value = fn(*args)
+    except n.NVMLError as exc:
+        print("     %-52s %s" % (what, exc))
+        return None
+    except Exception as exc:
+        print("FAIL %-52s %s: %s" % (what, type(exc).__name__, exc))
+        failed.append(what)
+        return None
+    print("     %-52s %s" % (what, value if not isinstance(value, list) else "%d entries" % len(value)))
+    return value
+
+for i in range(n.nvmlDeviceGetCount()):
+    h = n.nvmlDeviceGetHandleByIndex(i)
+    print("GPU %d %s" % (i, n.nvmlDeviceGetName(h)))
+    call("nvmlDeviceGetEccMode", n.nvmlDeviceGetEccMode, h)
+    unc = call("nvmlDeviceGetTotalEccErrors(uncorrected, volatile)", n.nvmlDeviceGetTotalEccErrors, h, 1, 0)
+    call("nvmlDeviceGetTotalEccErrors(corrected, volatile)", n.nvmlDeviceGetTotalEccErrors, h, 0, 0)
+    call("nvmlDeviceGetTotalEccErrors(uncorrected, aggregate)", n.nvmlDeviceGetTotalEccErrors, h, 1, 1)
+    call("nvmlDeviceGetTotalEccErrors(corrected, aggregate)", n.nvmlDeviceGetTotalEccErrors, h, 0, 1)
+    call("nvmlDeviceGetRetiredPages(sbe)", n.nvmlDeviceGetRetiredPages, h, 0)
+    call("nvmlDeviceGetRetiredPages(dbe)", n.nvmlDeviceGetRetiredPages, h, 1)
+    call("nvmlDeviceGetRetiredPagesPendingStatus", n.nvmlDeviceGetRetiredPagesPendingStatus, h)
+    call("nvmlDeviceGetRemappedRows", n.nvmlDeviceGetRemappedRows, h)
+    reasons = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or n.nvmlDeviceGetCurrentClocksThrottleReasons
+    call("nvmlDeviceGetCurrentClocksEventReasons", reasons, h)
+    width = call("nvmlDeviceGetCurrPcieLinkWidth", n.nvmlDeviceGetCurrPcieLinkWidth, h)
+    call("nvmlDeviceGetMaxPcieLinkWidth", n.nvmlDeviceGetMaxPcieLinkWidth, h)
+    call("nvmlDeviceGetCurrPcieLinkGeneration", n.nvmlDeviceGetCurrPcieLinkGeneration, h)
+    call("nvmlDeviceGetMaxPcieLinkGeneration", n.nvmlDeviceGetMaxPcieLinkGeneration, h)
+    call("nvmlDeviceGetPcieReplayCounter", n.nvmlDeviceGetPcieReplayCounter, h)
+    call("nvmlDeviceGetPerformanceState", n.nvmlDeviceGetPerformanceState, h)
+    call("nvmlDeviceGetPersistenceMode", n.nvmlDeviceGetPersistenceMode, h)
+    call("nvmlDeviceGetNvLinkState(0)", n.nvmlDeviceGetNvLinkState, h, 0)
+    supported = call("nvmlDeviceGetSupportedEventTypes", n.nvmlDeviceGetSupportedEventTypes, h)
+    if supported is not None and supported & n.nvmlEventTypeXidCriticalError:
+        es = n.nvmlEventSetCreate()
+        call("nvmlDeviceRegisterEvents(Xid)", n.nvmlDeviceRegisterEvents, h, n.nvmlEventTypeXidCriticalError, es)
+        call("nvmlEventSetWait_v2(0 ms) (TIMEOUT: none queued)", n.nvmlEventSetWait_v2, es, 0)
+        n.nvmlEventSetFree(es)
+    mine = health.get(i, {})
+    if unc is not None:
+        ok = mine.get("ecc_uncorrected") == unc
+        print(("PASS " if ok else "FAIL ") + "GPU %d: the agent's ecc_uncorrected %s = NVML's %s"
+              % (i, mine.get("ecc_uncorrected"), unc))
+        if not ok:
+            failed.append("ecc %d" % i)
+    print("     agent health: %s (PCIe width now %s)" % (json.dumps(mine, sort_keys=True), width))
+n.nvmlShutdown()
 sys.exit(1 if failed else 0)
 EOF
 $PY scripts/gpu_compare.py "$OUT/agent.jsonl" "$OUT/smi.last.csv" || STATUS=1

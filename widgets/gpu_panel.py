@@ -21,6 +21,9 @@ from textual.widgets import Static
 from console.agent.wire.timefmt import fmt_age as format_age
 from console.agent.wire.wording import code_words
 from console.core.control import FleetControl
+from console.core.gpu_health import failure as health_failure
+from console.core.gpu_health import marks as health_marks
+from console.core.gpu_health import panel_lines as health_panel_lines
 from console.core.state import GpuState, InstanceState
 from console.core.status import STALE, UNREACHABLE, badge
 
@@ -252,6 +255,23 @@ def gpu_charts(
     return out
 
 
+def health_lines(gpus: List[GpuState], now: float) -> List[Text]:
+    """A line per GPU that reports health through NVML: every field and when it changed, its marks in front
+    (red: failing, yellow: throttled or a narrow link; console/core/gpu_health.py)."""
+    out: List[Text] = []
+    for gpu in gpus:
+        parts = health_panel_lines(gpu, now, now)
+        if not parts:
+            continue
+        line = Text("[%d] health " % gpu.index, style="bold")
+        marks = health_marks(gpu, now)
+        if marks:
+            line.append(", ".join(marks) + "  ", "bold red" if health_failure(gpu, now) else "bold yellow")
+        line.append(" · ".join(parts), "dim")
+        out.append(line)
+    return out
+
+
 def gpu_details(inst: InstanceState) -> Text:
     """Per GPU what the lines leave out: uuid, error, mem util, fan, processes with their memory, MIG."""
     text = Text()
@@ -342,6 +362,7 @@ def gpu_tab_lines(
     for gpu in gpus:
         rows[len(lines)] = gpu.index
         lines.append(gpu_row(gpu, layout, gpu is chosen and len(gpus) > 1))
+    lines.extend(health_lines(gpus, now))
     lines.append(Text(""))
     lines.extend(gpu_charts(inst, chosen, width, now, window, (older or {}).get(chosen.index), note))
     lines.extend(gpu_details(inst).split("\n", allow_blank=True))

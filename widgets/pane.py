@@ -17,6 +17,7 @@ from textual.strip import Strip
 from console.agent.wire.protocol import ProcRecord
 from console.agent.wire.timefmt import fmt_age as format_age
 from console.core.spend import fmt_money, money
+from console.core.gpu_health import instance_marks
 from console.core.state import FLAP_WINDOW, GpuState, InstanceState
 from console.core.status import BENCHMARK_DOWN, CONNECTING, FAILED, GPU_IDLE, STALE, UNREACHABLE, badge
 
@@ -42,8 +43,9 @@ def badge_text(inst: InstanceState, now: float) -> str:
 
 
 def notes(inst: InstanceState, now: float) -> List[str]:
-    """Time-bound notes beside the flags: ``restarted 40s ago`` (until the next verdict), ``flapped 3x``."""
-    out = []
+    """Time-bound notes beside the flags: ``restarted 40s ago`` (until the next verdict), ``flapped 3x``, and the
+    GPUs' health marks (``GPU3 ECC 2``, ``GPU1 HW slowdown 5m``, ``GPU0 PCIe x8/16``: console/core/gpu_health.py)."""
+    out = instance_marks(inst.gpus.values(), now) if inst.gpus else []
     restarted = inst.restart_note(now)
     if restarted:
         out.append(restarted)
@@ -245,6 +247,9 @@ def boxed_lines(
     if detail is not None:
         sub = detail
     out.append(boxed(sub))
+    marks = instance_marks(inst.gpus.values(), now) if detail is not None and inst.gpus else []
+    if marks:  # the trouble reason took the flags' line: the GPUs' health marks get their own
+        out.append(boxed(Line(", ".join(marks), pal.warn)))
     gpus = sorted(inst.gpus.values(), key=lambda g: g.index)
     if not gpus:
         out.append(boxed(gpu_summary(inst, pal, inner)))

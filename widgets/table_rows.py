@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from console.agent.wire.timefmt import fmt_age as format_age
 from console.core.spend import money
+from console.core.gpu_health import instance_failure, instance_marks
 from console.core.state import BUSY_UTIL, InstanceState
 
 from .palette import Palette
@@ -29,6 +30,7 @@ COLUMNS: Tuple[Tuple[str, str, int, int, bool], ...] = (
     ("uptime", "UP", 6, 6, True),
     ("price", "$/h", 6, 5, True),
     ("idle_cost", "IDLE $", 7, 3, True),
+    ("health", "HEALTH", 16, 9, False),  # dropped first when narrow (the pane and the GPUs tab say it too)
     ("verdict", "VERDICT", 22, 4, False),
     ("progress", "LAST PROGRESS", 0, 0, False),
 )
@@ -168,6 +170,8 @@ def row_values(inst: InstanceState, now: float) -> Dict[str, Any]:
         "progress": progress_at,  # sorts on how recent it is
         "progress_text": progress_text(inst),
         "progress_age": None if progress_at is None or stalled(inst) else max(0.0, now - progress_at),
+        "health": ", ".join(instance_marks(inst.gpus.values(), now)) if inst.gpus else "",
+        "health_failed": bool(inst.gpus) and bool(instance_failure(inst.gpus.values(), now)),
         "verdict": inst.verdict_summary() if inst.diagnosis else "",
         "verdict_current": inst.diagnosis_counts(),
         "verdict_age": inst.verdict_age(now),
@@ -270,6 +274,9 @@ def row_line(values: Dict[str, Any], cols: Layout, pal: Palette, status: str, *,
             style = figure or (pal.warn if (values["idle_cost"] or 0) >= 0.005 else pal.dim)
         elif key == "uptime":
             text = format_age(values["uptime"]) if values["uptime"] is not None else "—"
+        elif key == "health":  # NVML's marks: ECC, Xid, row remap (red), throttling and a narrow link (warn)
+            text = values["health"] or "—"
+            style = figure or (pal.error if values["health_failed"] else pal.warn if values["health"] else pal.dim)
         elif key == "verdict":  # the verdict and its age, kept in view as the progress column's
             age = values["verdict_age"] if values["verdict"] else None
             suffix = " (%s)" % format_age(age) if age is not None else ""

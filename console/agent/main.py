@@ -26,6 +26,7 @@ from .sample.logs import LogFollower
 from .sample.procs import ProcSampler
 from .wire import config as agent_config
 from .wire.config import AgentConfig, compile_patterns, plain
+from .wire.frames import xid_frame
 from .wire.protocol import PROTOCOL_VERSION, FrameWriter, ProtocolError, decode_request
 
 LEVELS = ("full", "summary")  # op ``detail``: what the console wants of this host (see ``Agent.level``)
@@ -96,6 +97,8 @@ class Agent:
         At "summary" the GPU sampler sends only what moved (``GpuSampler.summary``) and the processes are
         sampled every SUMMARY_PROCS_EVERY s, sending only the benchmark's and the GPU's when they changed."""
         gpu_frame = self._guarded("gpu", self.gpu.sample)
+        for event in self.gpu.take_xids():  # before the gpu frame: a one-shot status has them with its first sample
+            self.writer.send("xid", **xid_frame(event))
         if gpu_frame is not None:
             self.writer.send("gpu", **gpu_frame)
         if self.level == "full":
@@ -292,6 +295,8 @@ def main(argv: List[str]) -> int:
         config["interval"] = args.interval
     journal = Journal(_journal_path(args.state_dir, args.journal))
     agent = Agent(config, FrameWriter(), journal=journal, watchdog=max(0.0, args.watchdog))
+    if args.state_dir:
+        agent.gpu.set_xid_log(os.path.join(os.path.expanduser(args.state_dir), "xids.jsonl"))
     try:  # SIGTERM (a newer agent for the same link): finish the running request, then exit
         signal.signal(signal.SIGTERM, lambda signum, frame: agent.stop_event.set())
     except ValueError:  # not the main thread

@@ -22,9 +22,10 @@ from console.agent.wire.protocol import (
     ProcRecord,
     ProcsFrame,
     ResultFrame,
+    XidFrame,
 )
 from console.core.instance import InstanceState
-from console.core.rings import GpuState, LogRing
+from console.core.rings import MAX_XIDS, GpuState, LogRing
 from console.core.text_safety import clean, clean_deep, clean_lines, clean_opt
 
 MAX_LOG_FILES = 32  # files kept per instance (least recently active dropped)
@@ -98,6 +99,9 @@ def _on_gpu(inst: InstanceState, raw: Frame, now: float) -> None:
                     static[key] = given[key]
         if "procs" not in dev:  # the agent leaves out a device's procs while they are unchanged
             dev = cast(GpuDevice, dict(dev, procs=gpu.sample.get("procs") or []))
+        health = dev.get("health")
+        if health is not None and health != gpu.health:
+            _note_health(gpu, health, now)
         gpu.sample = dev
         gpu.lost = bool(dev.get("lost"))
         gpu.missing = False
@@ -128,6 +132,38 @@ def _on_gpu(inst: InstanceState, raw: Frame, now: float) -> None:
         inst.idle_seconds = inst.idle_seconds + step if all_idle else 0
     inst.gpu_at = now
     inst.gpu_host_ts = frame.get("ts")
+
+
+def _note_health(gpu: GpuState, health: Any, now: float) -> None:
+    """A changed health record: kept, with when each of its fields changed (the GPUs tab says it)."""
+    if not isinstance(health, dict):
+        return
+    old = cast(Dict[str, Any], gpu.health)
+    for key in set(old) | set(health):
+        if old.get(key) != health.get(key):
+            gpu.health_at[key] = now
+    gpu.health = cast(Any, clean_deep(health))
+
+
+def _on_xid(inst: InstanceState, raw: Frame, now: float) -> None:
+    """One NVML Xid event: kept on its GPU (the same one sent again by a new agent is not kept twice)."""
+    frame = cast(XidFrame, raw)
+    index = frame["gpu"]
+    gpu = inst.gpus.get(index)
+    if gpu is None:
+        gpu = inst.gpus[index] = GpuState(index)
+    when = float(frame["time"])
+    for seen in gpu.xids:
+        if seen["xid"] == frame["xid"] and abs(seen["time"] - when) < 5.0:
+            return
+    event: Dict[str, Any] = {"xid": int(frame["xid"]), "time": when}
+    if frame.get("seen_before"):
+        event["seen_before"] = True
+    gpu.xids.append(event)
+    gpu.xids.sort(key=lambda e: e["time"])
+    del gpu.xids[:-MAX_XIDS]
+    gpu.health_at["xids"] = now
+    inst.xid_version += 1
 
 
 def _on_procs(inst: InstanceState, raw: Frame, now: float) -> None:
@@ -210,6 +246,7 @@ FRAME_HANDLERS: Dict[str, FrameHandler] = {
     "hello": _on_hello,
     "heartbeat": _on_heartbeat,
     "gpu": _on_gpu,
+    "xid": _on_xid,
     "procs": _on_procs,
     "log": _on_log,
     "result": _on_result,

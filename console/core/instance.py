@@ -65,6 +65,7 @@ class InstanceState:
         self.gpu_driver: Optional[str] = None
         self.gpu_message: Optional[str] = None
         self.gpus: Dict[int, GpuState] = {}
+        self.xid_version = 0  # bumped by each new Xid event (frame_handlers._on_xid)
         # receipt time (console clock) of each gpu frame with devices: every GPU's rings get one entry per such
         # frame (-1 while absent), so they line up with this from the newest end; a freeze is a gap in it
         self.gpu_ts: Deque[float] = deque(maxlen=HISTORY_SECONDS)

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Deque, Dict, List, Optional, Tuple, cast
 
-from console.agent.wire.protocol import GpuDevice
+from console.agent.wire.protocol import GpuDevice, GpuHealth
 
+MAX_XIDS = 32  # Xid events kept per GPU
 HISTORY_SECONDS = 600  # GPU util history: 10 minutes at 1 Hz
 LOG_RING_LINES = 2000  # lines kept per followed file
 GAP_MARKER = "[... lines not received while disconnected ...]"
@@ -19,8 +20,8 @@ GAP_MARKER = "[... lines not received while disconnected ...]"
 class GpuState:
     """One device: last sample, static fields (kept from ``full`` frames), util/mem history rings."""
 
-    __slots__ = ("error", "index", "lost", "mem_hist", "missing", "power_hist", "sample", "static", "temp_hist",
-                 "util_hist")
+    __slots__ = ("error", "health", "health_at", "index", "lost", "mem_hist", "missing", "power_hist", "sample",
+                 "static", "temp_hist", "util_hist", "xids")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -33,6 +34,9 @@ class GpuState:
         self.lost = False
         self.missing = False  # was reported before, absent from the latest frame
         self.error: Optional[str] = None
+        self.health: GpuHealth = {}  # the last health record (kept while slim frames leave it out)
+        self.health_at: Dict[str, float] = {}  # health field -> console time it last changed
+        self.xids: List[Dict[str, Any]] = []  # Xid events {xid, time, seen_before?}, oldest first, at most MAX_XIDS
 
     def get(self, key: str, default: Any = None) -> Any:
         """A field of the last sample, else of the static fields, else ``default``."""

@@ -10,6 +10,7 @@ from typing import Tuple
 
 from console.agent.wire.config import STARTUP_GRACE_SECONDS as STARTUP_GRACE  # the diagnosis's grace too
 from console.agent.wire.timefmt import fmt_age as format_age  # one age format for the console and the diagnosis
+from console.core.gpu_health import instance_failure
 from console.core.instance import InstanceState
 from console.core.status import BAD_LINK, LINK_DERIVED, LINK_LABELS
 
@@ -43,6 +44,9 @@ def derive_status(inst: InstanceState, now: float) -> Tuple[str, str]:
     shortfall = inst.gpu_shortfall()  # an instance rented with N GPUs that has fewer working is trouble
     if shortfall:
         return "failed", shortfall
+    health = instance_failure(inst.gpus.values(), now) if inst.gpus else ""  # ECC, row remap, fatal Xid (NVML)
+    if health:
+        return "failed", health
     if inst.diagnosis_bench_down():
         return "benchmark_down", inst.verdict_summary()
     if inst.bench_running is False and inst.diagnosis_finished():

@@ -32,6 +32,7 @@ from console.agent.wire.protocol import (
     RestartResult,
     ResultFrame,
     StopResult,
+    XidFrame,
 )
 
 MAX_FRAME_BYTES = 4 * 1024 * 1024  # one line; a legitimate log frame is <= 64 KB, a diagnosis well under this
@@ -53,6 +54,7 @@ _TYPED: dict[str, Any] = {
     "hello": HelloFrame,
     "heartbeat": HeartbeatFrame,
     "gpu": GpuFrame,
+    "xid": XidFrame,
     "procs": ProcsFrame,
     "log": LogFrame,
     "result": ResultFrame,
@@ -192,7 +194,7 @@ class FloodGuard:
         now = time.monotonic()
         if kind == "log":
             ok = self.log_lines.take(max(1, len(frame["lines"])), now)
-        elif kind in ("gpu", "procs"):
+        elif kind in ("gpu", "procs", "xid"):  # an Xid storm costs what samples cost
             ok = self.samples.take(1, now)
         else:
             return True

@@ -13,6 +13,8 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 from console.agent.wire.config import STARTUP_GRACE_SECONDS
 from console.agent.wire.wording import clip_words
 from console.core.spend import fleet_rates, spend_row
+from console.core.gpu_health import health_json
+from console.core.gpu_health import marks as health_marks
 from console.core.state import FleetState, InstanceState, LogRing
 from console.mcp import safe
 
@@ -183,6 +185,8 @@ def instance_detail(inst: InstanceState, now: float, top: int = 15) -> Dict[str,
             "power": g.get("power"),
             "lost": g.lost or g.missing,
             "error": None if g.error is None else safe.field(g.error),
+            "health": health_json(g),  # NVML: ECC, rows, pages, clock events, PCIe, Xids (absent: unsupported)
+            "health_marks": health_marks(g, now),
             # a container's GPU processes: mapped one to one (pid), as a group (pid null, group [pids]), or
             # unattributed (pid null, nvml_pid: the host's number); docs/architecture.md "GPU process mapping"
             "procs": [{"pid": p.get("pid"), "mem": p.get("mem"), "name": names.get(p.get("pid")),
@@ -243,8 +247,9 @@ def render_detail(result: Dict[str, Any]) -> str:
     for g in result["gpu_devices"]:
         mem = "" if g["mem_used"] is None else f" mem {g['mem_used'] // 2**20} MiB"
         procs = ", ".join(_gpu_proc_text(p) for p in g["procs"])
+        marks = ", ".join(g.get("health_marks") or [])
         out.append(f"  GPU {g['index']} {g['name']}: util {g['util']}%{mem}{' LOST' if g['lost'] else ''}"
-                   + (f" [{procs}]" if procs else ""))
+                   + (f" [{procs}]" if procs else "") + (f" health: {marks}" if marks else ""))
     out.append(f"  processes (top {len(result['processes'])} of {result['process_count']}):")
     for p in result["processes"]:
         mark = " [benchmark]" if p["benchmark"] else " [entrypoint]" if p["entrypoint"] else ""

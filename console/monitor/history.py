@@ -162,6 +162,10 @@ class History:
             text = json.dumps({"truncated": True, "head": text[:MAX_DATA_CHARS]})
         self._events.append((ts, self._id(name), kind, status, detail, text))
 
+    def gpu_health(self, ts: float, name: str, gpu: int, what: str, detail: str, data: Any) -> None:
+        """A GPU's NVML health changed (``what``: ``health``), or an Xid event came (``what``: ``xid``)."""
+        self.event(ts, name, "gpu_health", what, "GPU %d: %s" % (gpu, detail), data)
+
     def transition(self, ts: float, name: str, old: str, new: str, detail: str, counts: bool = True) -> None:
         """A status change; ``counts``: towards a flap (not while start-up or a reload settles)."""
         self.event(ts, name, "transition", new, detail, {"from": old})

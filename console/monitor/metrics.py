@@ -126,12 +126,13 @@ def gather(state: FleetState, counters: Counts, now: float, seeds: Seeds | None 
                     family.samples.append((labels, value * scale))
             if bench_pids:
                 proc_mem.samples.extend(_program_memory(inst.name, str(gpu.index), sample, bench_pids))
+    health = _health_families(state)
     counts = state.totals()
     totals.samples.extend(((s,), float(counts[s])) for s in STATUSES)
     frames = f("fleet_frames", "frames received from the agents", [], "counter")
     frames.samples.append(((), float(state.frames)))
     out = [info, up, status, age, bench, verdict, verdict_ts, findings, lost, *(g for g, _, _ in gauges), proc_mem,
-           totals, frames, price, idle_s, spend]
+           *health, totals, frames, price, idle_s, spend]
     zeros = _counter_zeros(state, seeds or {})
     for metric, (text, names) in COUNTERS.items():
         counter = f(metric, text, names, "counter")
@@ -140,6 +141,74 @@ def gather(state: FleetState, counters: Counts, now: float, seeds: Seeds | None 
         counter.samples.extend((key, 0.0) for key in zeros.get(metric, ()) if key not in seen)
         out.append(counter)
     return out
+
+
+# NVML health (issue 30; docs/monitoring.md lists each next to its DCGM field): (name, help, labels beyond GPU, kind)
+HEALTH_FAMILIES: tuple[tuple[str, str, list[str], str], ...] = (
+    ("fleet_gpu_ecc_errors", "ECC errors NVML counted (counter: volatile since the driver loaded, aggregate: "
+     "the card's lifetime)", ["type", "counter"], "counter"),
+    ("fleet_gpu_retired_pages", "memory pages retired", [], "gauge"),
+    ("fleet_gpu_retired_pages_pending", "1 while a page retirement waits for a reboot", [], "gauge"),
+    ("fleet_gpu_remapped_rows", "memory rows remapped", ["type"], "counter"),
+    ("fleet_gpu_row_remap_pending", "1 while a row remap waits for a GPU reset", [], "gauge"),
+    ("fleet_gpu_row_remap_failure", "1 when a row remap failed (the GPU needs service)", [], "gauge"),
+    ("fleet_gpu_clock_event_active", "1 while this clock event (throttle) reason holds the clocks down", ["reason"],
+     "gauge"),
+    ("fleet_gpu_pcie_link_generation", "PCIe link generation now", [], "gauge"),
+    ("fleet_gpu_pcie_link_max_generation", "PCIe link generation the card and slot can do", [], "gauge"),
+    ("fleet_gpu_pcie_link_width", "PCIe lanes now", [], "gauge"),
+    ("fleet_gpu_pcie_link_max_width", "PCIe lanes the card and slot can do", [], "gauge"),
+    ("fleet_gpu_pcie_replays", "PCIe replays (link errors the GPU retried)", [], "counter"),
+    ("fleet_gpu_xid_errors", "NVML Xid critical-error events seen, by Xid", ["xid"], "counter"),
+    ("fleet_gpu_performance_state", "performance state (0: P0, full speed)", [], "gauge"),
+)
+CLOCK_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")
+
+
+def _health_families(state: FleetState) -> list[Family]:
+    """The NVML health metrics of every GPU that reports them (a field the card does not support: no series)."""
+    fams = {name: Family(name, text, [*GPU, *extra], kind) for name, text, extra, kind in HEALTH_FAMILIES}
+
+    def put(name: str, labels: tuple[str, ...], value: Any) -> None:
+        if isinstance(value, (bool, int, float)):
+            fams[name].samples.append((labels, float(value)))
+
+    for inst in state.instances.values():
+        for gpu in inst.gpus.values():
+            h: dict[str, Any] = gpu.health  # type: ignore[assignment]
+            if not h and not gpu.xids:
+                continue
+            static: dict[str, Any] = gpu.static  # type: ignore[assignment]
+            g = (inst.name, str(gpu.index), str(static.get("uuid") or ""), str(static.get("name") or ""))
+            for key, kind, counter in (("ecc_corrected", "corrected", "volatile"),
+                                       ("ecc_uncorrected", "uncorrected", "volatile"),
+                                       ("ecc_corrected_agg", "corrected", "aggregate"),
+                                       ("ecc_uncorrected_agg", "uncorrected", "aggregate")):
+                put("fleet_gpu_ecc_errors", (*g, kind, counter), h.get(key))
+            pages = h.get("retired_pages") or {}
+            put("fleet_gpu_retired_pages", g, pages.get("count"))
+            put("fleet_gpu_retired_pages_pending", g, pages.get("pending"))
+            rows = h.get("remapped_rows") or {}
+            put("fleet_gpu_remapped_rows", (*g, "corrected"), rows.get("corrected"))
+            put("fleet_gpu_remapped_rows", (*g, "uncorrected"), rows.get("uncorrected"))
+            put("fleet_gpu_row_remap_pending", g, rows.get("pending"))
+            put("fleet_gpu_row_remap_failure", g, rows.get("failure"))
+            active = h.get("clock_events")
+            if isinstance(active, list):
+                for reason in CLOCK_REASONS:
+                    put("fleet_gpu_clock_event_active", (*g, reason), reason in active)
+            pcie = h.get("pcie") or {}
+            for name, key in (("fleet_gpu_pcie_link_generation", "gen"), ("fleet_gpu_pcie_link_max_generation",
+                              "max_gen"), ("fleet_gpu_pcie_link_width", "width"),
+                              ("fleet_gpu_pcie_link_max_width", "max_width"), ("fleet_gpu_pcie_replays", "replays")):
+                put(name, g, pcie.get(key))
+            counts: dict[int, int] = {}
+            for event in gpu.xids:
+                counts[event["xid"]] = counts.get(event["xid"], 0) + 1
+            for xid, n in sorted(counts.items()):
+                put("fleet_gpu_xid_errors", (*g, str(xid)), n)
+            put("fleet_gpu_performance_state", g, h.get("pstate"))
+    return list(fams.values())
 
 
 def _counter_zeros(state: FleetState, seeds: Seeds) -> Seeds:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -30,12 +31,24 @@ log = logging.getLogger("fleet_console")
 TICK = 1.0  # seconds between monitoring ticks
 
 
+def _troubled(health: dict[str, Any]) -> bool:
+    """A health record with an uncorrectable error, a remap failure, throttling or a narrow link."""
+    pcie = health.get("pcie") or {}
+    return bool(health.get("ecc_uncorrected") or (health.get("remapped_rows") or {}).get("failure")
+                or health.get("clock_events") or (pcie.get("width") or 0) < (pcie.get("max_width") or 0))
+
+
+def _brief(value: Any) -> str:
+    return "-" if value is None else json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
 class HistoryObserver:
     """Feeds the history store from the state's hooks (GPU minutes from the frames themselves)."""
 
     def __init__(self, history: Any, state: ObservedState | None = None) -> None:
         self.h = history
         self.state = state  # whether a change is start-up or a reload settling (InstanceState.settling)
+        self._healths: dict[tuple[str, int], dict[str, Any]] = {}  # the last health record per (instance, GPU)
         self.watched: set[str] = set()  # instances whose watch session the history has (spend: report.py)
         for name in list(state.instances) if state is not None else ():
             self._watch(name)
@@ -70,8 +83,30 @@ class HistoryObserver:
         return inst is not None and inst.settling(now)
 
     def on_frame(self, name: str, frame: Any, now: float) -> None:
-        if frame.get("type") == "gpu" and frame.get("devices"):
+        kind = frame.get("type")
+        if kind == "gpu" and frame.get("devices"):
             self.h.gpu_sample(now, name, frame["devices"])
+            for dev in frame["devices"]:
+                if "health" in dev:
+                    self._health(name, dev["index"], dev["health"], now)
+        elif kind == "xid" and not frame.get("seen_before"):  # one an earlier agent saw is in the history already
+            self.h.gpu_health(now, name, frame["gpu"], "xid", "Xid %s" % frame["xid"],
+                              {"xid": frame["xid"], "time": frame["time"]})
+
+    def _health(self, name: str, index: int, health: dict[str, Any], now: float) -> None:
+        """A change of a GPU's health is an event (full frames repeat it every minute: only changes count; the
+        first reading counts when it holds trouble)."""
+        key = (name, index)
+        plain = {k: v for k, v in health.items() if k != "clock_since"}
+        old = self._healths.get(key)
+        self._healths[key] = plain
+        if old == plain:
+            return
+        changed = sorted(k for k in set(plain) | set(old or {}) if plain.get(k) != (old or {}).get(k))
+        if old is None and not _troubled(plain):
+            return
+        self.h.gpu_health(now, name, index, "health", ", ".join("%s %s" % (k, _brief(plain.get(k))) for k in changed),
+                          {"health": plain, "before": old})
 
     def on_link(self, name: str, status: str, detail: str, now: float) -> None:
         if status == "connected" and not self._settling(name, now):

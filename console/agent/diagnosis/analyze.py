@@ -20,6 +20,7 @@ from .completion import last_words, words_start
 from .events import PERSISTENT, SEVERITY_LEVEL, Episode, kernel_episodes, log_episodes
 from .liveness import Liveness, assess, building, building_line, loading
 from .motion import DOWNLOADING_RE, slowdown, stalls, warnings_while_working
+from .nvmlhealth import health_step
 from .processes import Processes, benchmark_processes, entrypoint_tree
 from .progress import LogProgress, compile_progress, log_progress
 from .records import Item, Step, step
@@ -445,6 +446,7 @@ def analyze(facts: Dict[str, Any]) -> DiagnosisResult:
     slowdown(facts, progress, procs, now, items)
     warnings_while_working(facts, progress, procs, live, items)
     gpu_state(facts, procs, live, items, steps, notes)
+    health_step(facts, items, steps)  # NVML's ECC counters and Xid events: hardware evidence (nvmlhealth.py)
     procs = still_loading(facts, progress, procs, live, steps)
     finished = completion(facts, procs, items, now)
     named = {str(log["path"]) for log in facts.get("logs") or [] if log.get("configured")}

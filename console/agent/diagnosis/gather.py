@@ -132,6 +132,7 @@ def gpu_facts(gpu_sampler: Any) -> Optional[Dict[str, Any]]:
         "state": sample.get("state", state),
         "message": sample.get("message"),
         "devices": list(sample.get("devices") or []),
+        "xids": list(getattr(gpu_sampler, "xid_history", None) or []),  # NVML Xid events (nvmlhealth.py)
     }
 
 

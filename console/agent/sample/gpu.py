@@ -27,7 +27,8 @@ idle/busy class changed, an overview figure moved, or ``SUMMARY_EVERY`` passed);
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional, cast
+from collections import deque
+from typing import Any, Deque, Dict, List, Optional, Tuple, cast
 
 from ..wire.frames import (
     FULL_EVERY,
@@ -41,10 +42,12 @@ from ..wire.frames import (
     sum_memory_by_pid,
     with_static,
 )
-from ..wire.protocol import GpuDevice, GpuMig, GpuProc
+from ..wire.protocol import GpuDevice, GpuHealth, GpuMig, GpuProc
+from .gpuhealth import DeviceHealth, HealthReader
 from .gpumap import PidMapper
 from .gpumig import MigInstance, mig_instances, remap, sample_mig
 from .gpusummary import SummaryGate
+from .gpuxid import XidEvent, XidWatcher
 from .nvml import (
     NO_DRIVER_CODES,
     DeviceError,
@@ -60,6 +63,8 @@ from .nvml import (
 
 # The frame rules (FULL_EVERY, LOST_RETRY, ...) are shared with agentless mode (wire/frames.py); LOST_RETRY is
 # read as this module's global (a test shortens it).
+POWER_WINDOW = 60  # samples of (util, power) kept per device for the diagnosis
+BUSY_UTIL = 90  # % at or above which a sample counts toward the card's busy draw
 
 
 class _Device:
@@ -78,6 +83,12 @@ class _Device:
         self.sent_procs: Optional[List[GpuProc]] = None  # procs as the last frame carried them
         self.mig: Optional[List[MigInstance]] = None  # MIG instances: (index, handle, static)
         self.sent_mig: Optional[List[GpuMig]] = None
+        self.health = DeviceHealth()  # ECC, rows, clock events, PCIe... (gpuhealth.py)
+        self.sent_health: Optional[GpuHealth] = None
+        # (util %, watts) of the last POWER_WINDOW samples and the most it drew while busy: what the diagnosis needs
+        # to tell "util pinned at 100 % with power far below its busy draw" (a stuck collective)
+        self.power_window: Deque[Tuple[Optional[int], Optional[float]]] = deque(maxlen=POWER_WINDOW)
+        self.busy_power: Optional[float] = None
 
 
 class GpuSampler:
@@ -107,7 +118,24 @@ class GpuSampler:
         self._sent_mapping: Optional[str] = None
         self.summary = False  # detail level "summary": slim frames only when ``SummaryGate.due``
         self._gate = SummaryGate()
+        self.health = HealthReader(self.nvml) if self.nvml is not None else None
+        self.xids = XidWatcher(self.nvml) if self.nvml is not None else None
+        self._xid_queue: List[XidEvent] = []  # events for the loop to send (``take_xids``) before the gpu frame
+        self.xid_history: Deque[XidEvent] = deque(maxlen=64)  # every Xid this agent knows of (the diagnosis's)
+        self._register_due = False
+        self._earlier_due = False
         self._init()
+
+    def set_xid_log(self, path: Optional[str]) -> None:
+        """Where this host's Xids are kept across agents (``gpuxid.py``); the earlier ones are sent again."""
+        if self.xids is not None and path:
+            self.xids.log_path = path
+            self._earlier_due = True  # sent at the first poll: only those of the GPUs this host has now (uuid)
+
+    def take_xids(self) -> List[XidEvent]:
+        """The Xid events not sent yet (``xid`` frames, sent before the gpu frame of the same sample)."""
+        out, self._xid_queue = self._xid_queue, []
+        return out
 
     @property
     def _retry(self) -> float:
@@ -153,6 +181,8 @@ class GpuSampler:
         self._next_full = 0.0
 
     def close(self) -> None:
+        if self.xids is not None:
+            self.xids.close()
         if self._initialized and self.nvml is not None:
             try:
                 self.nvml.module.nvmlShutdown()
@@ -190,7 +220,9 @@ class GpuSampler:
                 return self._driver_gone(str(exc), now)
             except DeviceError as exc:
                 dev.lost, dev.error, dev.retry_at, dev.handle = True, str(exc), now + self._retry, None
-                dev.procs, dev.mig = [], None
+                dev.procs, dev.mig, dev.health, dev.sent_health = [], None, DeviceHealth(), None
+                if self.xids is not None:
+                    self.xids.forget(dev.index)
                 records.append(lost_gpu_record(dev.index, dev.error))
                 continue
             if was_lost and not full:  # a device that came (back): everyone gets static fields again
@@ -198,6 +230,7 @@ class GpuSampler:
             dev.lost, dev.error = False, None
             records.append(record)
         self._map_processes(records)
+        self._poll_xids()
         if full:
             self._next_full = now + FULL_EVERY
             for dev, record in zip(self.devices, records):
@@ -206,21 +239,42 @@ class GpuSampler:
         self._mem_by_pid = sum_memory_by_pid(dev.procs for dev in self.devices)
         self._last_records = records
         totals = ((dev.static or {}).get("mem_total") for dev in self.devices)
-        if self.summary and not full and not self._gate.due(records, now, totals):
+        health_moved = any(rec.get("health") != dev.sent_health for dev, rec in zip(self.devices, records)
+                           if not rec.get("lost"))
+        if self.summary and not full and not health_moved and not self._gate.due(records, now, totals):
             return None  # nothing sent: the next slim frame is still relative to the last one sent
         self._gate.sent(records, now)
         if full:
             for dev, record in zip(self.devices, records):
-                dev.sent_procs, dev.sent_mig = record["procs"], record.get("mig")
+                dev.sent_procs, dev.sent_mig, dev.sent_health = record["procs"], record.get("mig"), record.get("health")
             self._sent_mapping = self.mapper.mapping
             return self._frame(True, records)
         slim = []
         for dev, record in zip(self.devices, records):
-            slim.append(slim_gpu_record(record, dev.sent_procs, dev.sent_mig))
-            dev.sent_procs, dev.sent_mig = record["procs"], record.get("mig")
+            slim.append(slim_gpu_record(record, dev.sent_procs, dev.sent_mig, dev.sent_health))
+            dev.sent_procs, dev.sent_mig, dev.sent_health = record["procs"], record.get("mig"), record.get("health")
         mapping = self.mapper.mapping
         changed, self._sent_mapping = mapping != self._sent_mapping, mapping
         return slim_gpu_frame(slim, mapping if changed else None)
+
+    def _poll_xids(self) -> None:
+        """Register devices that got a handle since, then take the Xid events NVML queued (never blocks)."""
+        if self.xids is None:
+            return
+        if self._register_due:
+            self._register_due = False
+            self.xids.register([(dev.index, dev.handle) for dev in self.devices if not dev.lost])
+        uuids = {dev.index: (dev.static or {}).get("uuid") for dev in self.devices}
+        if self._earlier_due:
+            self._earlier_due = False
+            here = {u for u in uuids.values() if u}
+            earlier = [e for e in self.xids.earlier() if e.get("uuid") in here]  # a GPU swapped out: not its Xids
+            self._xid_queue[:0] = earlier
+            self.xid_history.extendleft(reversed(earlier))
+        if self.xids.registered:
+            events = self.xids.poll(uuids)
+            self._xid_queue.extend(events)
+            self.xid_history.extend(events)
 
     def _driver_gone(self, message: str, now: float) -> Dict[str, Any]:
         """A device call said the driver is gone: state no_gpu, NVML initialized again after ``_retry`` s."""
@@ -253,7 +307,10 @@ class GpuSampler:
             return None
         merged: List[GpuDevice] = []
         for dev, record in zip(self.devices, records):
-            merged.append(cast(GpuDevice, {**(dev.static or {}), **record}))  # the record's fields win
+            full_record: Dict[str, Any] = {**(dev.static or {}), **record}  # the record's fields win
+            full_record["power_tell"] = {"busy_power": dev.busy_power,
+                                         "recent": [list(pair) for pair in dev.power_window]}
+            merged.append(cast(GpuDevice, full_record))
         return self._frame(True, merged)
 
     def _frame(self, full: bool, devices: List[GpuDevice]) -> Dict[str, Any]:
@@ -279,6 +336,7 @@ class GpuSampler:
                 raise DeviceError("no handle for device %d" % dev.index)
             dev.handle = handle
             dev.minor = as_int(nvml.call("nvmlDeviceGetMinorNumber", handle))
+            self._register_due = True
         util = self._q(dev, "nvmlDeviceGetUtilizationRates")
         meminfo = self._q(dev, "nvmlDeviceGetMemoryInfo")
         clock_sm = getattr(mod, "NVML_CLOCK_SM", 1)
@@ -309,6 +367,14 @@ class GpuSampler:
         )
         if mig is not None:
             record["mig"] = mig
+        if self.health is not None:
+            health = self.health.read(dev.handle, dev.health, time.monotonic())
+            if health is not None:
+                record["health"] = health
+        util_now, power_now = record["util"], record["power"]
+        dev.power_window.append((util_now, power_now))
+        if util_now is not None and power_now is not None and util_now >= BUSY_UTIL:
+            dev.busy_power = power_now if dev.busy_power is None else max(dev.busy_power, power_now)
         if static_too or dev.static is None:
             dev.static = {
                 "name": as_text(nvml.call("nvmlDeviceGetName", dev.handle)),

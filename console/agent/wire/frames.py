@@ -30,7 +30,7 @@ STATIC_GPU_FIELDS = ("name", "uuid", "mem_total", "power_limit")  # in full fram
 FULL_EVERY = 60.0  # seconds between frames carrying the static fields
 STATE_REPEAT = 60.0  # a no_gpu / error frame is repeated (and the GPUs looked for again) at most this often
 LOST_RETRY = 30.0  # a lost device is probed again after this many seconds
-_SLIM_DROP = frozenset(("lost", "error", "procs", "mig"))  # procs and mig are added back when they changed
+_SLIM_DROP = frozenset(("lost", "error", "procs", "mig", "health"))  # procs, mig, health: added back when changed
 _NO_STATIC: Dict[str, Any] = dict.fromkeys(STATIC_GPU_FIELDS)
 
 
@@ -97,11 +97,13 @@ def static_of(record: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 def slim_gpu_record(
-    record: GpuDevice, sent_procs: Optional[List[GpuProc]], sent_mig: Optional[List[Any]] = None
+    record: GpuDevice, sent_procs: Optional[List[GpuProc]], sent_mig: Optional[List[Any]] = None,
+    sent_health: Optional[Mapping[str, Any]] = None,
 ) -> GpuDevice:
     """A record in a frame that is not ``full``: a healthy device leaves out ``lost`` (false), ``error`` (null),
-    every null field, ``procs`` when it equals ``sent_procs`` (the list the last frame carried) and ``mig`` when it
-    equals ``sent_mig``; a lost device's record is complete. The caller remembers both as sent."""
+    every null field, ``procs`` when it equals ``sent_procs`` (the list the last frame carried), ``mig`` when it
+    equals ``sent_mig`` and ``health`` when it equals ``sent_health``; a lost device's record is complete. The
+    caller remembers them as sent."""
     if record.get("lost"):
         return record
     out = {k: v for k, v in record.items() if v is not None and k not in _SLIM_DROP}
@@ -111,6 +113,9 @@ def slim_gpu_record(
     mig = record.get("mig")
     if mig is not None and mig != sent_mig:
         out["mig"] = mig
+    health = record.get("health")
+    if health is not None and health != sent_health:
+        out["health"] = health
     return cast(GpuDevice, out)  # a subset of a GpuDevice's keys (index is never null) is a GpuDevice
 
 
@@ -147,6 +152,15 @@ def slim_gpu_frame(devices: List[GpuDevice], mapping: Optional[str] = None) -> D
     frame: Dict[str, Any] = {"state": "ok", "full": False, "devices": devices}
     if mapping is not None:
         frame["mapping"] = mapping
+    return frame
+
+
+def xid_frame(event: Mapping[str, Any]) -> Dict[str, Any]:
+    """An ``xid`` frame's fields (``protocol.XidFrame``) for one event ``{gpu, xid, time, uuid?, seen_before?}``."""
+    frame = {"gpu": event["gpu"], "xid": event["xid"], "time": event["time"]}
+    for key in ("uuid", "seen_before"):
+        if event.get(key):
+            frame[key] = event[key]
     return frame
 
 

@@ -14,7 +14,7 @@ import time
 from typing import IO, Any, Dict, List, Literal, Optional, TypedDict  # both in typing since 3.8, the agent's floor
 
 PROTOCOL_VERSION = 1
-FRAME_TYPES = ("hello", "heartbeat", "gpu", "procs", "log", "result", "error")
+FRAME_TYPES = ("hello", "heartbeat", "gpu", "xid", "procs", "log", "result", "error")
 MAX_LINE_BYTES = 8 * 1024 * 1024
 # The line a restart writes into the benchmark's log; the console takes it as "the run began again here".
 RESTART_MARKER = "[fleet-agent] benchmark restarted at "
@@ -57,6 +57,50 @@ class GpuMig(TypedDict, total=False):
     procs: List[GpuProc]
 
 
+class RemappedRows(TypedDict):
+    corrected: int  # rows remapped for correctable errors
+    uncorrected: int  # rows remapped for uncorrectable errors
+    pending: bool  # a remap waits for the next GPU reset
+    failure: bool  # a remap failed: the GPU needs service
+
+
+class RetiredPages(TypedDict, total=False):
+    count: int  # pages retired (single-bit storms and double-bit errors)
+    pending: bool  # a retirement waits for the next reboot
+
+
+class PcieLink(TypedDict, total=False):
+    gen: int
+    width: int
+    max_gen: int
+    max_width: int
+    replays: int  # the PCIe replay counter (link errors the GPU retried)
+
+
+class NvLinkState(TypedDict):
+    up: int
+    down: int
+
+
+class GpuHealth(TypedDict, total=False):
+    """A device's health through NVML (issue 30; ``console/agent/sample/gpuhealth.py``). A field the card does
+    not support (or that the container may not read) is absent. Counters are read every ~10 s."""
+
+    ecc_mode: bool
+    ecc_corrected: int  # volatile (since the driver loaded)
+    ecc_uncorrected: int  # volatile
+    ecc_corrected_agg: int  # aggregate (the card's lifetime)
+    ecc_uncorrected_agg: int
+    retired_pages: RetiredPages
+    remapped_rows: RemappedRows
+    clock_events: List[str]  # active trouble reasons: sw_power_cap, hw_slowdown, sw_thermal, hw_thermal, hw_power_brake
+    clock_since: Dict[str, float]  # reason -> epoch it became active (as the agent saw it)
+    pcie: PcieLink
+    pstate: int  # 0 (P0, full speed) .. 15
+    persistence: bool
+    nvlink: NvLinkState
+
+
 class _GpuDeviceBase(TypedDict):
     index: int
 
@@ -81,6 +125,7 @@ class GpuDevice(_GpuDeviceBase, total=False):
     mem_total: Optional[int]  # bytes
     power_limit: Optional[float]  # watts
     mig: List[GpuMig]  # MIG-enabled GPUs: their instances (slim frames: only when changed)
+    health: GpuHealth  # full frames and when it changed; absent: unchanged (or none supported)
 
 
 class _FrameBase(TypedDict):
@@ -127,6 +172,20 @@ class GpuFrame(_GpuFrameBase, total=False):
     message: Optional[str]
     pid_ns: bool  # full frames: the agent is in a PID namespace of its own (a container)
     mapping: str  # full frames and when it changes: "pid" | "fds" (see Features.gpu_mapping)
+
+
+class _XidFrameBase(_FrameBase):
+    gpu: int  # device index
+    xid: int
+    time: float  # epoch seconds the agent took it from NVML
+
+
+class XidFrame(_XidFrameBase, total=False):
+    """One NVML Xid critical-error event (``console/agent/sample/gpuxid.py``), sent before the gpu frame of its
+    sample; ``seen_before``: an earlier agent on this host saw it (sent again by a new agent)."""
+
+    uuid: str
+    seen_before: bool
 
 
 class ProcRecord(TypedDict):

@@ -800,3 +800,279 @@ EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t h, unsigned *id)
     else *id = 0;
     LEAVE
 }
+
+/* ---- health (issue 30): ECC, retired pages, remapped rows, clock event reasons, PCIe, pstate, NVLink ------
+ *
+ * Each reads an optional key of the device; a missing key (a consumer card) or a name in "not_supported"
+ * answers NOT_SUPPORTED, a name in "no_permission" NO_PERMISSION (a container):
+ *   "ecc_mode": bool, "ecc": {"volatile": {"corrected", "uncorrected"}, "aggregate": {...}},
+ *   "retired_pages": {"sbe", "dbe", "pending": bool}, "remapped_rows": {"corrected", "uncorrected", "pending",
+ *   "failure"}, "clock_events": ["sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake",
+ *   "gpu_idle", ...], "pcie": {"gen", "width", "max_gen", "max_width", "replays"}, "pstate": n,
+ *   "persistence": bool, "nvlink": [1, 0, ...] (link states), "xids": [{"xid": 79, "pending": bool}].
+ * Names for not_supported / no_permission: ecc, retired_pages, remapped_rows, clock_events, pcie, pstate,
+ * persistence, nvlink, events.
+ */
+
+static int denied(const jv *dev, const char *what) {
+    jv *list = jget(dev, "no_permission");
+    for (int i = 0; i < jlen(list); i++) {
+        jv *v = list->items[i];
+        if (v->type == J_STR && !strcmp(v->str, what)) return 1;
+    }
+    return 0;
+}
+
+/* The device's object (or value) under `key` for a health query, or the error to answer. */
+static nvmlReturn_t health_key(const jv *dev, const jv *inst, const char *group, const char *key, jv **out) {
+    if (inst) return NVML_ERROR_NOT_SUPPORTED;
+    if (denied(dev, group)) return NVML_ERROR_NO_PERMISSION;
+    if (unsupported(dev, group)) return NVML_ERROR_NOT_SUPPORTED;
+    *out = jget(dev, key);
+    if (!*out || (*out)->type == J_NULL) return NVML_ERROR_NOT_SUPPORTED;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t h, int *current, int *pending) {
+    ENTER(h, 1)
+    jv *v = NULL;
+    if (!current || !pending) rc = NVML_ERROR_INVALID_ARGUMENT;
+    else if (!(rc = health_key(dev, inst, "ecc", "ecc_mode", &v))) *current = *pending = v->num != 0;
+    LEAVE
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t h, int error_type, int counter_type,
+                                                 unsigned long long *count) {
+    ENTER(h, 1)
+    jv *v = NULL;
+    if (!count || error_type < 0 || error_type > 1 || counter_type < 0 || counter_type > 1)
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    else if (!(rc = health_key(dev, inst, "ecc", "ecc", &v))) {
+        jv *group = jget(v, counter_type ? "aggregate" : "volatile");
+        *count = (unsigned long long)jnum(group, error_type ? "uncorrected" : "corrected", 0);
+    }
+    LEAVE
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t h, int cause, unsigned *count,
+                                               unsigned long long *addresses) {
+    ENTER(h, 1)
+    jv *v = NULL;
+    if (!count || cause < 0 || cause > 1) rc = NVML_ERROR_INVALID_ARGUMENT;
+    else if (!(rc = health_key(dev, inst, "retired_pages", "retired_pages", &v))) {
+        unsigned n = (unsigned)jnum(v, cause ? "dbe" : "sbe", 0);
+        if (n > *count || (n && !addresses)) rc = NVML_ERROR_INSUFFICIENT_SIZE;
+        else for (unsigned i = 0; i < n; i++) addresses[i] = 0x1000ULL * (i + 1) + (unsigned long long)cause;
+        *count = n;
+    }
+    LEAVE
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t h, int *pending) {
+    ENTER(h, 1)
+    jv *v = NULL;
+    if (!pending) rc = NVML_ERROR_INVALID_ARGUMENT;
+    else if (!(rc = health_key(dev, inst, "retired_pages", "retired_pages", &v)))
+        *pending = jnum(v, "pending", 0) != 0;
+    LEAVE
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t h, unsigned *corr, unsigned *unc, unsigned *pending,
+                                               unsigned *failure) {
+    ENTER(h, 1)
+    jv *v = NULL;
+    if (!corr || !unc || !pending || !failure) rc = NVML_ERROR_INVALID_ARGUMENT;
+    else if (!(rc = health_key(dev, inst, "remapped_rows", "remapped_rows", &v))) {
+        *corr = (unsigned)jnum(v, "corrected", 0);
+        *unc = (unsigned)jnum(v, "uncorrected", 0);
+        *pending = jnum(v, "pending", 0) != 0;
+        *failure = jnum(v, "failure", 0) != 0;
+    }
+    LEAVE
+}
+
+static const struct { const char *name; unsigned long long bit; } REASONS[] = {
+    {"gpu_idle", 0x1}, {"applications_clocks", 0x2}, {"sw_power_cap", 0x4}, {"hw_slowdown", 0x8},
+    {"sync_boost", 0x10}, {"sw_thermal", 0x20}, {"hw_thermal", 0x40}, {"hw_power_brake", 0x80},
+    {"display_clock", 0x100},
+};
+
+static nvmlReturn_t clock_reasons(nvmlDevice_t h, unsigned long long *mask) {
+    ENTER(h, 1)
+    jv *v = NULL;
+    if (!mask) rc = NVML_ERROR_INVALID_ARGUMENT;
+    else if (!(rc = health_key(dev, inst, "clock_events", "clock_events", &v))) {
+        *mask = 0;
+        for (int i = 0; i < jlen(v); i++)
+            for (size_t r = 0; r < sizeof REASONS / sizeof REASONS[0]; r++)
+                if (v->items[i]->type == J_STR && !strcmp(v->items[i]->str, REASONS[r].name)) *mask |= REASONS[r].bit;
+    }
+    LEAVE
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t h, unsigned long long *m) {
+    return clock_reasons(h, m);
+}
+EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t h, unsigned long long *m) {
+    return clock_reasons(h, m);
+}
+
+static nvmlReturn_t pcie_field(nvmlDevice_t h, const char *field, unsigned *out) {
+    ENTER(h, 1)
+    jv *v = NULL;
+    if (!out) rc = NVML_ERROR_INVALID_ARGUMENT;
+    else if (!(rc = health_key(dev, inst, "pcie", "pcie", &v))) {
+        if (!jhas_num(v, field)) rc = NVML_ERROR_NOT_SUPPORTED;
+        else *out = (unsigned)jnum(v, field, 0);
+    }
+    LEAVE
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t h, unsigned *g) { return pcie_field(h, "gen", g); }
+EXPORT nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t h, unsigned *w) { return pcie_field(h, "width", w); }
+EXPORT nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t h, unsigned *g) {
+    return pcie_field(h, "max_gen", g);
+}
+EXPORT nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t h, unsigned *w) { return pcie_field(h, "max_width", w); }
+EXPORT nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t h, unsigned *r) { return pcie_field(h, "replays", r); }
+
+EXPORT nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t h, int *pstate) {
+    ENTER(h, 1)
+    jv *v = NULL;
+    if (!pstate) rc = NVML_ERROR_INVALID_ARGUMENT;
+    else if (!(rc = health_key(dev, inst, "pstate", "pstate", &v))) *pstate = (int)v->num;
+    LEAVE
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t h, int *mode) {
+    ENTER(h, 1)
+    jv *v = NULL;
+    if (!mode) rc = NVML_ERROR_INVALID_ARGUMENT;
+    else if (!(rc = health_key(dev, inst, "persistence", "persistence", &v))) *mode = v->num != 0;
+    LEAVE
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t h, unsigned link, int *active) {
+    ENTER(h, 1)
+    jv *v = NULL;
+    if (!active) rc = NVML_ERROR_INVALID_ARGUMENT;
+    else if (!(rc = health_key(dev, inst, "nvlink", "nvlink", &v))) {
+        jv *state_of = jat(v, (int)link);
+        if (!state_of) rc = NVML_ERROR_INVALID_ARGUMENT; /* past the last link, as the real library */
+        else *active = state_of->num != 0;
+    }
+    LEAVE
+}
+
+/* ---- events: Xid critical errors (what `dmesg` would say, seen without it) -------------------------------
+ * A set registered for a device gets the device's "xids" entries appended after its registration, and those
+ * marked "pending" (an Xid that happens right after any registration: a card that keeps failing). */
+
+#define MAX_SETS 16
+#define XID_EVENT 0x8ULL
+#define SUPPORTED_EVENTS 0xFULL /* single/double bit ECC, pstate, Xid */
+
+typedef struct {
+    int used;
+    unsigned long long mask[MAX_DEVICES];
+    int base[MAX_DEVICES];   /* entries in "xids" when it registered */
+    int cursor[MAX_DEVICES]; /* next entry to look at */
+} fake_set;
+typedef fake_set *nvmlEventSet_t;
+static fake_set sets[MAX_SETS];
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType, eventData;
+    unsigned gpuInstanceId, computeInstanceId;
+} nvmlEventData_t;
+
+static int is_set(nvmlEventSet_t s) {
+    uintptr_t at = (uintptr_t)s, base = (uintptr_t)sets;
+    return at >= base && at < base + sizeof sets && !((at - base) % sizeof(fake_set)) && s->used;
+}
+
+EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
+    pthread_mutex_lock(&lock);
+    nvmlReturn_t rc = enter_system();
+    if (!rc && !set) rc = NVML_ERROR_INVALID_ARGUMENT;
+    if (!rc) {
+        rc = 20;
+        for (int i = 0; i < MAX_SETS; i++)
+            if (!sets[i].used) {
+                memset(&sets[i], 0, sizeof sets[i]);
+                sets[i].used = 1;
+                *set = &sets[i];
+                rc = NVML_SUCCESS;
+                break;
+            }
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+    pthread_mutex_lock(&lock);
+    nvmlReturn_t rc = is_set(set) ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
+    if (!rc) set->used = 0;
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t h, unsigned long long *types) {
+    ENTER(h, 1)
+    if (!types) rc = NVML_ERROR_INVALID_ARGUMENT;
+    else if (inst || unsupported(dev, "events")) rc = NVML_ERROR_NOT_SUPPORTED;
+    else if (denied(dev, "events")) rc = NVML_ERROR_NO_PERMISSION;
+    else *types = SUPPORTED_EVENTS;
+    LEAVE
+}
+
+EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t h, unsigned long long types, nvmlEventSet_t set) {
+    ENTER(h, 1)
+    if (!is_set(set) || h->index >= MAX_DEVICES) rc = NVML_ERROR_INVALID_ARGUMENT;
+    else if (inst || unsupported(dev, "events") || (types & ~SUPPORTED_EVENTS)) rc = NVML_ERROR_NOT_SUPPORTED;
+    else if (denied(dev, "events")) rc = NVML_ERROR_NO_PERMISSION;
+    else {
+        set->mask[h->index] |= types;
+        set->base[h->index] = jlen(jget(dev, "xids"));
+        set->cursor[h->index] = 0;
+    }
+    LEAVE
+}
+
+static nvmlReturn_t event_wait(nvmlEventSet_t set, nvmlEventData_t *data) {
+    pthread_mutex_lock(&lock);
+    nvmlReturn_t rc = enter_system();
+    if (!rc && (!is_set(set) || !data)) rc = NVML_ERROR_INVALID_ARGUMENT;
+    if (!rc) {
+        rc = 10; /* nothing queued: a wait of 0 ms answers at once */
+        for (int d = 0; d < jlen(devices()) && d < MAX_DEVICES && rc; d++) {
+            if (!(set->mask[d] & XID_EVENT)) continue;
+            jv *xids = jget(device_at(d), "xids");
+            while (set->cursor[d] < jlen(xids)) {
+                jv *e = jat(xids, set->cursor[d]);
+                int i = set->cursor[d]++;
+                if (i < set->base[d] && !jnum(e, "pending", 0)) continue; /* before registration */
+                handles[d][0].index = d;
+                data->device = &handles[d][0];
+                data->eventType = XID_EVENT;
+                data->eventData = (unsigned long long)jnum(e, "xid", 0);
+                data->gpuInstanceId = data->computeInstanceId = 0xFFFFFFFFu;
+                rc = NVML_SUCCESS;
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+EXPORT nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned timeout_ms) {
+    (void)timeout_ms;
+    return event_wait(set, data);
+}
+EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned timeout_ms) {
+    (void)timeout_ms;
+    return event_wait(set, data);
+}
