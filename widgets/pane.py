@@ -16,8 +16,8 @@ from textual.strip import Strip
 
 from console.agent.wire.protocol import ProcRecord
 from console.agent.wire.timefmt import fmt_age as format_age
-from console.core.spend import fmt_money, money
 from console.core.gpu_health import instance_marks
+from console.core.spend import fmt_money, money
 from console.core.state import FLAP_WINDOW, GpuState, InstanceState
 from console.core.status import BENCHMARK_DOWN, CONNECTING, FAILED, GPU_IDLE, STALE, UNREACHABLE, badge
 

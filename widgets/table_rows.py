@@ -9,8 +9,8 @@ import re
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from console.agent.wire.timefmt import fmt_age as format_age
-from console.core.spend import money
 from console.core.gpu_health import instance_failure, instance_marks
+from console.core.spend import money
 from console.core.state import BUSY_UTIL, InstanceState
 
 from .palette import Palette

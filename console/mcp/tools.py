@@ -12,9 +12,9 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from console.agent.wire.config import STARTUP_GRACE_SECONDS
 from console.agent.wire.wording import clip_words
-from console.core.spend import fleet_rates, spend_row
 from console.core.gpu_health import health_json
 from console.core.gpu_health import marks as health_marks
+from console.core.spend import fleet_rates, spend_row
 from console.core.state import FleetState, InstanceState, LogRing
 from console.mcp import safe
 
