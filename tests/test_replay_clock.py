@@ -179,6 +179,8 @@ def test_a_shifted_state_is_the_state_fed_shifted(tmp_path: Path) -> None:
     assert not differ, {k: (a[k], b[k]) for k in differ}
     inst = fed.state.instances["box1"]
     assert inst.last_frame == start + 37 + 350.0 and inst.reconnects and inst.errors and inst.probes
+    # the rental's meter watched the 37 s replayed so far, not the time since 1970 (issue 31's spend in a replay)
+    assert 30.0 <= inst.meter.watched(start + 37 + 350.0) <= 37.0 + 1e-6
 
 
 async def test_the_replay_footer_offers_its_own_keys_and_not_the_refused_ones(tmp_path: Path) -> None:

@@ -258,6 +258,11 @@ def shift_instance(inst: Any, delta: float) -> None:
             log.updated += delta
     for probe in inst.probes.values():
         probe["at"] += delta
+    meter = inst.meter  # the spend meter's interval bounds (its totals are durations)
+    meter.since += delta
+    meter.mode_since += delta
+    if meter.bench_left is not None:
+        meter.bench_left += delta
 
 
 class ReplaySource(OfflineControl):
@@ -296,6 +301,7 @@ class ReplaySource(OfflineControl):
     def _reset(self) -> None:
         self.state.instances.clear()
         self.state.order_version += 1
+        self.state.virtual_now = self.started_at  # the spend meters begin where the recording does
         for inst in self.instances:
             self.state.add_instance(inst)
         self.state.seen.clear()
