@@ -334,3 +334,26 @@ def shown(app: Any, *needles: str) -> str:
     text = screen_text(app)
     return text if all(n in text for n in needles) else ""
 
+
+
+async def test_diagnose_reads_the_counters_afresh_not_the_last_slow_reading(
+    health_host: tuple[Sshd, Path], health_fake: nvml.FakeNvml
+) -> None:
+    """A running agent reads the ECC counters every 10 s; a diagnosis asked right after one reading (its first)
+    still sees an uncorrectable error that came after it: the agent reads them again to answer."""
+    server, _fleet = health_host
+    controller = FleetController(Fleet([ssh_instance(server, interval=0.5)], source="fleet.toml"), read_only=True)
+    await controller.start()
+    devices = troubled_host()
+    try:
+        inst = controller.state.get("box1")
+        assert inst is not None
+        await until(lambda: len(inst.gpus) == 6 and inst.status == "failed", timeout=30)  # read: 10 s to the next
+        devices[4]["ecc"]["volatile"]["uncorrected"] = 5
+        health_fake.write(nvml.state(devices))
+        result = await controller.diagnose("box1")
+    finally:
+        health_fake.write(nvml.state(troubled_host()))
+        await controller.stop()
+    summaries = [f["summary"] for f in result["findings"] if f["code"] == "gpu_ecc"]
+    assert any("GPU 4: 5 uncorrectable ECC errors" in s for s in summaries), summaries
