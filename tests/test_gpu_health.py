@@ -235,6 +235,7 @@ def test_history_records_a_reason_switching_on_and_an_xid_once(tmp_path: Path) -
     assert len(health) == 1 and health[0]["detail"].startswith("GPU 1: clock_events [\"hw_slowdown\"]")
 
 
+@pytest.mark.slow
 async def test_a_gpu_health_alert_fires_once_per_gpu_episode_and_resolves(
     health_host: tuple[Sshd, Path], health_fake: nvml.FakeNvml
 ) -> None:
