@@ -87,19 +87,21 @@ def same_work_poll(state_file: str) -> str:
     ) % (str(ROOT), state_file)
 
 
-def run_agent(backend: str, samples: int, warmup: int, state_file: str) -> dict:
+def run_agent(backend: str, samples: int, warmup: int, state_file: str, env: dict | None = None) -> dict:
+    """The agent's cost; with ``env`` (``fake_gpus.fake_host``) over the fake libnvidia-ml.so.1, not the sim."""
     cfg = {
         "interval": 1.0,
         "heartbeat_interval": 5.0,
         "watch_dirs": [],
         "logs": [],
         "proc_backend": backend,
-        "gpu": {"simulate": {"gpus": 8, "state_file": state_file}},
+        "gpu": {"simulate": {"gpus": 8, "state_file": state_file}} if env is None else {},
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "console.agent", "--config", agent_config.encode(cfg), "--no-stdin"],
         cwd=str(ROOT),
         stdout=subprocess.PIPE,
+        env=env,
     )
     lines: queue.Queue = queue.Queue()
 
@@ -323,6 +325,37 @@ def isolate() -> int:
     return subprocess.call([*unshare, sys.executable, os.path.abspath(__file__), *argv], env=env)
 
 
+def fake_nvml_run(args: argparse.Namespace, sleepers: list) -> int:
+    """``--fake-nvml``: the whole agent (GPU sampler with the health path, Xid poll, processes) per sample."""
+    from fake_gpus import fake_host
+
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            env = fake_host(tmp, [p.pid for p in sleepers])
+            nprocs = len(psutil.pids())
+            load_before = os.getloadavg()
+            results = [run_agent(b, args.samples, args.warmup, "", env=env) for b in args.backends]
+            load_after = os.getloadavg()
+    finally:
+        for p in sleepers:
+            p.kill()
+        for p in sleepers:
+            p.wait()
+    print("fake libnvidia-ml.so.1 (real pynvml path), 8 GPUs reporting every health field; %d processes (%d extra "
+          "idle sleeps); %d samples at 1 Hz after %d; %d CPUs; load average %.2f before, %.2f after; agent CPU from "
+          "the %s\n" % (nprocs, args.extra, args.samples, args.warmup, os.cpu_count() or 0, load_before[0],
+                        load_after[0], results[0]["cpu_source"]))
+    print("| what | CPU ms/sample (median, max) | first %d s | RSS MB | wire B/s |" % args.warmup)
+    print("|---|---|---|---|---|")
+    for r in results:
+        print("| agent, %s backend | %.2f (%.2f, %.2f) | %.2f | %.1f | %.0f |" % (
+            r["backend"], r["cpu_ms_per_sample"], r["cpu_ms_median"], r["cpu_ms_max"], r["warmup_cpu_ms_per_sample"],
+            r["rss_mb"], r["bytes_per_s"]))
+    if args.json:
+        print(json.dumps({"results": results, "load": [load_before, load_after]}, indent=2))
+    return 0
+
+
 def main() -> int:
     parser = bench_parser(__doc__)
     parser.add_argument("--samples", type=int, default=30)
@@ -344,6 +377,11 @@ def main() -> int:
     parser.add_argument("--ssh-polls", type=int, default=20, help="polls (and `true`s) over SSH")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
     parser.add_argument(
+        "--fake-nvml",
+        action="store_true",
+        help="the agent alone over the fake libnvidia-ml.so.1 (8 GPUs, every health field): bench/fake_gpus.py",
+    )
+    parser.add_argument(
         "--isolate",
         action="store_true",
         help="run in a new PID namespace (unshare): the agent sees the sleeps and itself, not a busy host's churn",
@@ -352,6 +390,8 @@ def main() -> int:
     if args.isolate and not os.environ.get(ISOLATED_ENV):
         return isolate()
     sleepers = [subprocess.Popen(["sleep", "600"]) for _ in range(args.extra)]
+    if args.fake_nvml:
+        return fake_nvml_run(args, sleepers)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             state_file = os.path.join(tmp, "gpus.json")

@@ -109,8 +109,8 @@ def test_an_alert_row_becomes_a_rule(tmp_path: Path) -> None:
     ('[[alert]]\nname = "X"\nstatuses = ["okk"]\nbell = true\n',
      "F:7: alert 'X': statuses must be a status or a list of them: failed, needs_action, unreachable, "
      "benchmark_down, stale, gpu_idle, connecting, ok, not ['okk']"),
-    ('[[alert]]\nname = "X"\nbell = true\n', "F:5: alert 'X': needs statuses = [...], verdicts = [...] or "
-     'idle_for = "20m" (what to alert on)'),
+    ('[[alert]]\nname = "X"\nbell = true\n', "F:5: alert 'X': needs statuses = [...], verdicts = [...], "
+     'idle_for = "20m" or gpu_health = [...] (what to alert on)'),
     ('[[alert]]\nname = "X"\nstatuses = "failed"\n', 'F:5: alert \'X\': needs webhook = "http://..." or '
      "bell = true (where to send it)"),
     ('[[alert]]\nname = "X"\nstatuses = "failed"\nwebhook = "ftp://h/x"\n',
@@ -131,11 +131,29 @@ def test_an_alert_row_becomes_a_rule(tmp_path: Path) -> None:
     ('[[alert]]\nstatuses = "failed"\nbell = true\n', "F:5: alert #1 needs name"),
     ('[[alert]]\nname = "X"\nstatuses = "failed"\nbell = true\n\n[[alert]]\nname = "X"\nstatuses = "ok"\n'
      'bell = true\n', "F:11: duplicate alert name 'X' (first is alert #1)"),
+    ('[[alert]]\nname = "X"\ngpu_health = ["hw_slowdown", "ecc"]\nbell = true\n',
+     "F:7: alert 'X': gpu_health must be a GPU health field or a list of them: ecc_uncorrected, row_remap_failure, "
+     "row_remap_pending, retired_pages_pending, xid, hw_slowdown, hw_thermal, hw_power_brake, sw_thermal, "
+     "sw_power_cap, pcie_degraded, not ['hw_slowdown', 'ecc']"),
+    ('[[alert]]\nname = "X"\nstatuses = "failed"\ngpu_health = "xid"\nbell = true\n',
+     "F:8: alert 'X': gpu_health is a rule of its own: leave out statuses, verdicts and idle_for (write two rules)"),
     ('[[alert]]\nname = "X"\nstatuses = "failed"\nseverity = "page"\nbell = true\n',
      "F:8: alert 'X': severity must be 'info', 'warning', 'error' or 'critical', not 'page'"),
 ])
 def test_bad_alert_rows_are_one_line_with_file_and_line(tmp_path: Path, text: str, expected: str) -> None:
     assert error(tmp_path, text) == expected
+
+
+def test_the_alert_gpu_health_fields_are_the_ones_evaluated(tmp_path: Path) -> None:
+    import typing
+
+    from console.core.gpu_health import ALERT_FIELDS
+    from console.inventory.schema import HealthField
+
+    assert typing.get_args(HealthField) == ALERT_FIELDS
+    (rule,) = fleet_alerts(load(tmp_path, '[[alert]]\nname = "G"\ngpu_health = ["xid", "hw_slowdown", "xid"]\n'
+                                          'bell = true\n'))
+    assert rule.gpu_health == ("xid", "hw_slowdown") and rule.statuses == ()
 
 
 def test_the_alert_statuses_are_the_status_table() -> None:

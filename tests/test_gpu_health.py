@@ -64,10 +64,17 @@ def troubled_host() -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def health_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Sshd, Path]]:
-    tmp = tmp_path_factory.mktemp("gpu-health")
-    fake = nvml.FakeNvml(nvml.build_libnvml(), tmp / "nvml-state.json")
+def health_fake(tmp_path_factory: pytest.TempPathFactory) -> nvml.FakeNvml:
+    """The module's fake NVML (the four-fault host); a test that changes it puts it back."""
+    fake = nvml.FakeNvml(nvml.build_libnvml(), tmp_path_factory.mktemp("gpu-health-nvml") / "nvml-state.json")
     fake.write(nvml.state(troubled_host()))
+    return fake
+
+
+@pytest.fixture(scope="module")
+def health_host(tmp_path_factory: pytest.TempPathFactory, health_fake: nvml.FakeNvml) -> Iterator[tuple[Sshd, Path]]:
+    tmp = tmp_path_factory.mktemp("gpu-health")
+    fake = health_fake
     server = Sshd(tmp / "sshd", env={**fake.env, "FAKE_DMESG_DENY": "1"})
     server.start()
     fleet = tmp / "fleet.toml"
@@ -226,3 +233,128 @@ def test_history_records_a_reason_switching_on_and_an_xid_once(tmp_path: Path) -
     assert [(e["status"], e["detail"]) for e in events if e["status"] == "xid"] == [("xid", "GPU 0: Xid 79")]
     health = [e for e in events if e["status"] == "health"]
     assert len(health) == 1 and health[0]["detail"].startswith("GPU 1: clock_events [\"hw_slowdown\"]")
+
+
+@pytest.mark.slow
+async def test_a_gpu_health_alert_fires_once_per_gpu_episode_and_resolves(
+    health_host: tuple[Sshd, Path], health_fake: nvml.FakeNvml
+) -> None:
+    """``gpu_health = [...]`` in the fleet file: GPU 1 (HW slowdown) and GPU 3 (ECC) fire once each and stay
+    firing; GPU 2 switched into HW slowdown fires, and is resolved when the fake NVML switches it off."""
+    from console.inventory import load_fleet
+    from console.monitor.monitoring import MonitoredController, Monitoring
+    from tests.test_alerts import Receiver
+
+    _server, fleet_file = health_host
+    receiver = Receiver()
+    path = fleet_file.parent / "alerting.toml"
+    path.write_text(fleet_file.read_text() + "\n".join([
+        "[[alert]]", 'name = "GpuHealth"', 'gpu_health = ["hw_slowdown", "ecc_uncorrected", "pcie_degraded"]',
+        f'webhook = "{receiver.url}"', 'severity = "critical"', ""]))
+    fleet = load_fleet(path)
+    monitoring = Monitoring(fleet, history=False)
+    controller = MonitoredController(fleet, monitoring, read_only=True)
+    await controller.start()
+    devices = troubled_host()
+
+    def by_gpu(status: str) -> dict[str, list[dict[str, Any]]]:
+        out: dict[str, list[dict[str, Any]]] = {}
+        for alert in receiver.alerts(status):
+            out.setdefault(alert["labels"]["gpu"], []).append(alert)
+        return out
+
+    try:
+        await until(lambda: set(by_gpu("firing")) == {"0", "1", "3"}, timeout=30, what="GPUs 0, 1 and 3 firing")
+        devices[2]["clock_events"] = ["hw_slowdown"]
+        health_fake.write(nvml.state(devices))
+        await until(lambda: "2" in by_gpu("firing"), timeout=30, what="GPU 2 firing")
+        devices[2]["clock_events"] = []
+        health_fake.write(nvml.state(devices))
+        await until(lambda: "2" in by_gpu("resolved"), timeout=30, what="GPU 2 resolved")
+    finally:
+        health_fake.write(nvml.state(troubled_host()))
+        await controller.stop()
+        receiver.close()
+    firing, resolved = by_gpu("firing"), by_gpu("resolved")
+    assert {gpu: len(alerts) for gpu, alerts in firing.items()} == {"0": 1, "1": 1, "2": 1, "3": 1}
+    assert list(resolved) == ["2"] and len(resolved["2"]) == 1  # the others' trouble goes on
+    ecc, slow, link = firing["3"][0], firing["1"][0], firing["0"][0]
+    assert ecc["annotations"]["description"] == "GPU 3: 2 uncorrectable ECC errors"
+    assert ecc["labels"]["gpu_health"] == "ecc_uncorrected" and ecc["labels"]["uuid"].startswith(f"GPU-{TOKEN}-0003")
+    assert slow["annotations"]["description"].startswith("GPU 1: HW slowdown")
+    assert link["annotations"]["description"] == "GPU 0: PCIe x8/16"
+    assert ecc["labels"]["name"] == "box1" and ecc["labels"]["severity"] == "critical"
+    assert len({a["fingerprint"] for alerts in firing.values() for a in alerts}) == 4
+    assert resolved["2"][0]["fingerprint"] == firing["2"][0]["fingerprint"]
+    assert resolved["2"][0]["endsAt"] > resolved["2"][0]["startsAt"]
+
+
+async def test_the_app_shows_the_four_on_the_pane_the_table_and_the_gpus_tab(
+    health_host: tuple[Sshd, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the real app: the grid pane's marks, the table's HEALTH column (the failing GPU first), the GPUs
+    tab's per-GPU health lines."""
+    from console.ui.app import FleetApp
+    from tests.support.app import wait_until
+    from widgets.fleet_table import FleetTable
+    from widgets.instance_screen import InstanceScreen
+
+    monkeypatch.setenv("FLEET_CONSOLE_CONFIG_DIR", str(tmp_path / "config"))
+    server, _fleet = health_host
+    controller = FleetController(Fleet([ssh_instance(server)], source="fleet.toml"), read_only=True)
+    app = FleetApp(controller, theme="dark")
+    async with app.run_test(size=(220, 40)) as pilot:  # the table keeps HEALTH beside the pane
+        inst = app.state.instances["box1"]
+        await wait_until(pilot, lambda: len(inst.gpus) == 6 and bool(inst.gpus[5].xids) and inst.status == "failed",
+                         what="the four faults")
+        grid = await wait_until(pilot, lambda: shown(app, "GPU0 PCIe x8/16"),
+                                what="the pane's marks")
+        for mark in ("GPU3 ECC 2", "GPU5 Xid 48", "GPU1 HW slowdown"):
+            assert mark in grid, grid
+        await pilot.press("v")
+        table = app.query_one(FleetTable)
+        await wait_until(pilot, lambda: table.display, what="the table")
+        text = await wait_until(pilot, lambda: shown(app, "HEALTH", "box1"), what="the table's rows")
+        row = next(line for line in text.splitlines() if "box1" in line and "A100" in line)
+        assert "GPU3 ECC" in row, text
+        await pilot.press("v")
+        await wait_until(pilot, lambda: not table.display, what="the grid again")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, InstanceScreen) and app.screen.is_mounted,
+                         what="the instance screen")
+        tab = await wait_until(pilot, lambda: shown(app, "[3] health"),
+                               what="the GPUs tab's health lines")
+        assert "[3] health ECC 2" in tab and "uncorrected 2, corrected 1" in tab, tab
+        assert "[1] health HW slowdown" in tab and "[0] health PCIe x8/16" in tab and "[5] health Xid 48" in tab
+
+
+def shown(app: Any, *needles: str) -> str:
+    """The screen's text when it holds every needle, else ""."""
+    from tests.support.app import screen_text
+
+    text = screen_text(app)
+    return text if all(n in text for n in needles) else ""
+
+
+
+async def test_diagnose_reads_the_counters_afresh_not_the_last_slow_reading(
+    health_host: tuple[Sshd, Path], health_fake: nvml.FakeNvml
+) -> None:
+    """A running agent reads the ECC counters every 10 s; a diagnosis asked right after one reading (its first)
+    still sees an uncorrectable error that came after it: the agent reads them again to answer."""
+    server, _fleet = health_host
+    controller = FleetController(Fleet([ssh_instance(server, interval=0.5)], source="fleet.toml"), read_only=True)
+    await controller.start()
+    devices = troubled_host()
+    try:
+        inst = controller.state.get("box1")
+        assert inst is not None
+        await until(lambda: len(inst.gpus) == 6 and inst.status == "failed", timeout=30)  # read: 10 s to the next
+        devices[4]["ecc"]["volatile"]["uncorrected"] = 5
+        health_fake.write(nvml.state(devices))
+        result = await controller.diagnose("box1")
+    finally:
+        health_fake.write(nvml.state(troubled_host()))
+        await controller.stop()
+    summaries = [f["summary"] for f in result["findings"] if f["code"] == "gpu_ecc"]
+    assert any("GPU 4: 5 uncorrectable ECC errors" in s for s in summaries), summaries

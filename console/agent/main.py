@@ -47,6 +47,9 @@ class Agent:
         self.config = config
         self.writer = writer
         self.stop_event = threading.Event()
+        self.wake = threading.Event()  # the loop's sleep ends early: a stop, a fresh sample asked for
+        self._fresh_lock = threading.Lock()
+        self._fresh_waiters: List[threading.Event] = []  # request threads waiting for a fresh sample
         self.journal = journal or Journal()
         # Seconds without a line from the console after which the agent exits (0: never; the console pings
         # every heartbeat); stdin's end then stops it too. An orphan left by a lost connection goes away.
@@ -221,7 +224,27 @@ class Agent:
             self.last_heard = time.monotonic()
             self.handle_line(line)
         if self.watchdog > 0:
-            self.stop_event.set()
+            self.stop()
+
+    def stop(self) -> None:
+        """End the loop (at once: it may be sleeping)."""
+        self.stop_event.set()
+        self.wake.set()
+
+    def fresh_sample(self, timeout: float) -> bool:
+        """Ask the loop for a sample now with the GPU health counters read again and NVML's events polled
+        (the slow counters are otherwise up to ``SLOW_EVERY`` s old); wait for it, at most ``timeout`` s.
+        A request thread's call (``diagnose``): the samplers stay the loop's."""
+        done = threading.Event()
+        with self._fresh_lock:
+            self._fresh_waiters.append(done)
+        self.wake.set()
+        return done.wait(timeout)
+
+    def _take_fresh(self) -> List[threading.Event]:
+        with self._fresh_lock:
+            waiters, self._fresh_waiters = self._fresh_waiters, []
+        return waiters
 
     # -- loop -----------------------------------------------------------------------------------
     def run(self, max_seconds: Optional[float] = None) -> int:
@@ -241,9 +264,17 @@ class Agent:
                 self._apply_level()
                 next_sample = now  # back at "full": the whole picture at once
                 next_hb = now  # the new level in a heartbeat at once: the console checks it there
-            if now >= next_sample:
-                self.sample_once()
-                next_sample = max(next_sample + interval, now + interval / 2)
+            fresh = self._take_fresh()
+            if now >= next_sample or fresh:
+                self.gpu.fresh = bool(fresh)
+                try:
+                    self.sample_once()
+                finally:
+                    self.gpu.fresh = False
+                    for done in fresh:
+                        done.set()
+                if now >= next_sample:
+                    next_sample = max(next_sample + interval, now + interval / 2)
             if now >= next_log:
                 self.poll_logs()
                 next_log = max(next_log + log_interval, now + log_interval / 2)
@@ -261,7 +292,8 @@ class Agent:
                 else:  # due a heartbeat interval after the last frame the console saw: no gap grows past one
                     next_hb = max(now, self.writer.delivered_at) + hb_interval
             wake = min(next_sample, next_log, next_hb)
-            self.stop_event.wait(max(0.0, wake - time.monotonic()))
+            self.wake.wait(max(0.0, wake - time.monotonic()))
+            self.wake.clear()
         self._pool.shutdown(wait=False)
         self.close()
         return 0
@@ -298,7 +330,7 @@ def main(argv: List[str]) -> int:
     if args.state_dir:
         agent.gpu.set_xid_log(os.path.join(os.path.expanduser(args.state_dir), "xids.jsonl"))
     try:  # SIGTERM (a newer agent for the same link): finish the running request, then exit
-        signal.signal(signal.SIGTERM, lambda signum, frame: agent.stop_event.set())
+        signal.signal(signal.SIGTERM, lambda signum, frame: agent.stop())
     except ValueError:  # not the main thread
         pass
     if args.state_dir and args.console_id:

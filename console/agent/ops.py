@@ -33,6 +33,8 @@ from .wire.protocol import (
     StopResult,
 )
 
+FRESH_WAIT = 10.0  # seconds diagnose waits, at most, for the loop's fresh sample (one sample's time, as a rule)
+
 
 class AgentHost(Protocol):
     """What the handlers use of the agent (``console.agent.main.Agent``)."""
@@ -47,6 +49,10 @@ class AgentHost(Protocol):
     journal: Journal
 
     def set_level(self, level: str) -> str: ...  # op ``detail``
+
+    def stop(self) -> None: ...  # op ``stop``
+
+    def fresh_sample(self, timeout: float) -> bool: ...  # a sample now, health counters read again
 
 
 Handler = Callable[[AgentHost, Dict[str, Any]], Any]
@@ -79,7 +85,7 @@ def ping(agent: AgentHost, args: Dict[str, Any]) -> Dict[str, Any]:
 
 def stop(agent: AgentHost, args: Dict[str, Any]) -> Dict[str, Any]:
     """End the agent's loop (the link sends it when it closes)."""
-    agent.stop_event.set()
+    agent.stop()
     return {"stopping": True}
 
 
@@ -98,7 +104,10 @@ def full_procs(agent: AgentHost, args: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def diagnose_op(agent: AgentHost, args: Dict[str, Any]) -> DiagnosisResult:
-    """``{dmesg: bool = true, stall_seconds: float | null}``: the diagnosis of this host."""
+    """``{dmesg: bool = true, stall_seconds: float | null}``: the diagnosis of this host, on GPU health counters
+    read and NVML events polled for it (not the last slow reading's, up to 10 s old)."""
+    if agent.gpu is not None:
+        agent.fresh_sample(FRESH_WAIT)
     return diagnose.diagnose(
         agent.config,
         agent.gpu,

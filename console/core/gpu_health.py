@@ -9,7 +9,7 @@ warnings: a mark and a line, the status stays OK. A field the card does not repo
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional, cast
+from typing import Any, Dict, Iterable, List, Optional, Tuple, cast
 
 from console.agent.wire.timefmt import fmt_age
 from console.core.rings import GpuState
@@ -34,6 +34,9 @@ REASON_LABELS = {
     "sw_thermal": "SW thermal slowdown",
     "sw_power_cap": "SW power cap",
 }
+# What an ``[[alert]]``'s ``gpu_health = [...]`` may name (console/inventory/schema.py ``HealthField`` agrees).
+ALERT_FIELDS = ("ecc_uncorrected", "row_remap_failure", "row_remap_pending", "retired_pages_pending", "xid",
+                "hw_slowdown", "hw_thermal", "hw_power_brake", "sw_thermal", "sw_power_cap", "pcie_degraded")
 JSON_KEYS = ("ecc_uncorrected", "ecc_corrected", "remapped_rows", "retired_pages", "clock_events", "pcie")
 
 
@@ -88,9 +91,7 @@ def degraded_link(gpu: GpuState) -> str:
     return ""
 
 
-def marks(gpu: GpuState, now: float) -> List[str]:
-    """Short marks for the pane and the table: ``ECC 2``, ``Xid 79``, ``remap failed``, ``HW slowdown 5m``,
-    ``PCIe x8/16`` (failures first)."""
+def _failure_marks(gpu: GpuState, now: float) -> List[str]:
     health: Dict[str, Any] = _h(gpu)
     out = []
     unc = health.get("ecc_uncorrected")
@@ -99,16 +100,26 @@ def marks(gpu: GpuState, now: float) -> List[str]:
     if (health.get("remapped_rows") or {}).get("failure"):
         out.append("remap failed")
     out.extend("Xid %d" % x for x in sorted({e["xid"] for e in fatal_xids(gpu, now)}))
-    out.extend(throttling(gpu, now))
-    link = degraded_link(gpu)
-    if link:
-        out.append(link)
     return out
 
 
+def _warning_marks(gpu: GpuState, now: float) -> List[str]:
+    link = degraded_link(gpu)
+    return throttling(gpu, now) + ([link] if link else [])
+
+
+def marks(gpu: GpuState, now: float) -> List[str]:
+    """Short marks for the pane and the table: ``ECC 2``, ``Xid 79``, ``remap failed``, ``HW slowdown 5m``,
+    ``PCIe x8/16`` (failures first)."""
+    return _failure_marks(gpu, now) + _warning_marks(gpu, now)
+
+
 def instance_marks(gpus: Iterable[GpuState], now: float) -> List[str]:
-    """Every GPU's marks as ``GPU1 HW slowdown 5m`` (the pane's warning and the table's HEALTH column)."""
-    return ["GPU%d %s" % (g.index, m) for g in sorted(gpus, key=lambda g: g.index) for m in marks(g, now)]
+    """Every GPU's marks as ``GPU1 HW slowdown 5m`` (the pane's warning and the table's HEALTH column): every
+    GPU's failures first, then the warnings, so a narrow column shows the failing GPU."""
+    ordered = sorted(gpus, key=lambda g: g.index)
+    return ["GPU%d %s" % (g.index, m) for kind in (_failure_marks, _warning_marks) for g in ordered
+            for m in kind(g, now)]
 
 
 def health_json(gpu: GpuState) -> Dict[str, Any]:
@@ -171,6 +182,37 @@ def panel_lines(gpu: GpuState, now_console: float, now: float) -> List[str]:
         shown = ", ".join("%d %s ago" % (e["xid"], fmt_age(max(0.0, now - e["time"]))) for e in gpu.xids[-4:])
         parts.append("Xid %s%s" % (shown, changed("xids")))
     return parts
+
+
+def _alert_hits(gpu: GpuState, field: str, now: float) -> List[str]:
+    """What one GPU shows of one alert field (``ALERT_FIELDS``): "" for nothing."""
+    health: Dict[str, Any] = _h(gpu)
+    if field == "ecc_uncorrected":
+        unc = health.get("ecc_uncorrected")
+        return ["%d uncorrectable ECC error%s" % (unc, "" if unc == 1 else "s")] if isinstance(unc, int) and unc else []
+    if field in ("row_remap_failure", "row_remap_pending"):
+        flag = (health.get("remapped_rows") or {}).get(field.rsplit("_", 1)[1])
+        return ["row remap failed" if field == "row_remap_failure" else "row remap pending"] if flag else []
+    if field == "retired_pages_pending":
+        return ["page retirement pending"] if (health.get("retired_pages") or {}).get("pending") else []
+    if field == "xid":
+        return ["Xid %d (%s)" % (x, FATAL_XIDS[x]) for x in sorted({e["xid"] for e in fatal_xids(gpu, now)})]
+    if field == "pcie_degraded":
+        link = degraded_link(gpu)
+        return [link] if link else []
+    if field in (health.get("clock_events") or ()):
+        began = (health.get("clock_since") or {}).get(field)
+        label = REASON_LABELS.get(field, field)
+        return ["%s %s" % (label, fmt_age(max(0.0, now - began))) if isinstance(began, (int, float)) else label]
+    return []
+
+
+def alert_hits(gpus: Iterable[GpuState], fields: Iterable[str], now: float) -> List[Tuple[int, str, str]]:
+    """(GPU index, field, what it shows) for each of ``fields`` a GPU shows now, e.g. ``(1, "hw_slowdown",
+    "HW slowdown 5m")``: what an ``[[alert]]`` with ``gpu_health = [...]`` fires on (``now``: epoch)."""
+    wanted = list(fields)
+    return [(g.index, f, text) for g in sorted(gpus, key=lambda g: g.index) for f in wanted
+            for text in _alert_hits(g, f, now)]
 
 
 def last_xid(gpus: Iterable[GpuState]) -> Optional[Dict[str, Any]]:

@@ -491,13 +491,17 @@ class _Builder:
             seen[row.name] = i + 1
             statuses, verdicts = _strings(row.statuses), _strings(row.verdicts)  # type: ignore[arg-type]
             idle_for = duration_seconds(row.idle_for) if row.idle_for is not None else None
+            health = _strings(row.gpu_health)  # type: ignore[arg-type]
             if idle_for is not None and (statuses or verdicts):
                 raise self.error(comps, f"{who}idle_for is a rule of its own: leave out statuses and verdicts")
+            if health and (statuses or verdicts or idle_for is not None):
+                raise self.error([*comps, "gpu_health"], f"{who}gpu_health is a rule of its own: leave out "
+                                                          "statuses, verdicts and idle_for (write two rules)")
             if row.price_above is not None and idle_for is None:
                 raise self.error([*comps, "price_above"], f"{who}price_above needs idle_for = \"20m\"")
-            if not statuses and not verdicts and idle_for is None:
-                raise self.error(comps, f"{who}needs statuses = [...], verdicts = [...] or idle_for = \"20m\" "
-                                        "(what to alert on)")
+            if not statuses and not verdicts and idle_for is None and not health:
+                raise self.error(comps, f"{who}needs statuses = [...], verdicts = [...], idle_for = \"20m\" or "
+                                        "gpu_health = [...] (what to alert on)")
             webhooks = _strings(row.webhook)
             if not webhooks and not row.bell:
                 raise self.error(comps, f"{who}needs webhook = \"http://...\" or bell = true (where to send it)")
@@ -509,7 +513,7 @@ class _Builder:
                 webhooks=webhooks, bell=bool(row.bell), severity=row.severity or "warning",
                 send_resolved=row.send_resolved is not False, summary=row.summary or "",
                 source=f"{self.path}:{line}" if line else str(self.path),
-                idle_for=idle_for, price_above=float(row.price_above or 0.0),
+                idle_for=idle_for, price_above=float(row.price_above or 0.0), gpu_health=tuple(dict.fromkeys(health)),
             ))
         return out
 

@@ -68,6 +68,8 @@ DESCRIPTIONS = {
     "source": "[[source]] tables",
     "statuses": "a status or a list of them: failed, needs_action, unreachable, benchmark_down, stale, gpu_idle, "
     "connecting, ok",
+    "gpu_health": "a GPU health field or a list of them: ecc_uncorrected, row_remap_failure, row_remap_pending, "
+    "retired_pages_pending, xid, hw_slowdown, hw_thermal, hw_power_brake, sw_thermal, sw_power_cap, pcie_degraded",
     "verdicts": "a verdict code or a list of them, like [\"oom\", \"benchmark_not_running\"]",
     "instances": "a name pattern (\"vast-*\") or a list of them",
     "webhook": "an http:// or https:// URL or a list of them",
@@ -198,6 +200,9 @@ class SourceRow(Struct, forbid_unknown_fields=True, omit_defaults=True):
 # -- [[alert]] (console/monitor/alerts.py evaluates them) ------------------------------------------------------
 # the status table's names (console/core/status.py; tests/test_alerts.py keeps the two the same)
 StatusName = Literal["failed", "needs_action", "unreachable", "benchmark_down", "stale", "gpu_idle", "connecting", "ok"]
+# the GPU health fields an alert may name (console/core/gpu_health.py ALERT_FIELDS; tests keep the two the same)
+HealthField = Literal["ecc_uncorrected", "row_remap_failure", "row_remap_pending", "retired_pages_pending", "xid",
+                      "hw_slowdown", "hw_thermal", "hw_power_brake", "sw_thermal", "sw_power_cap", "pcie_degraded"]
 AlertFor = Annotated[float, Meta(ge=0, le=86400, description="a number of seconds from 0 to 86400")]
 AlertRepeat = Annotated[float, Meta(ge=0, le=604800, description="a number of seconds from 0 (never) to 604800")]
 # scheme, an optional user:password@ (sent as basic auth), a host or [IPv6], an optional valid port, the rest
@@ -221,6 +226,7 @@ class AlertRow(Struct, forbid_unknown_fields=True, omit_defaults=True):
     summary: NonEmpty | None = None
     idle_for: Duration | None = None  # fire on idle spend: idle (benchmark down or GPUs idle) this long
     price_above: Price | None = None  # ... at more than this price per hour (default: any price)
+    gpu_health: HealthField | list[HealthField] | None = None  # fire while any GPU shows one of these (NVML)
 
 
 @dataclass(frozen=True)
@@ -243,6 +249,7 @@ class AlertSpec:
     source: str = ""
     idle_for: float | None = None  # seconds of idle spend that fire it (None: a status/verdict rule)
     price_above: float = 0.0  # only instances whose price per hour is above this
+    gpu_health: tuple[str, ...] = ()  # NVML health fields (ecc_uncorrected, xid, hw_slowdown, ...): a rule of its own
 
 
 # -- [[notify]] (console/notify/ sends to them; console/inventory/notify_rows.py checks what a type cannot say) ----

@@ -3,7 +3,9 @@
 A rule matches instances (name patterns, tags) and fires for one that has been in one of its ``statuses``
 (or whose last verdict is one of its ``verdicts``) for ``for`` seconds; while firing it is sent again every
 ``repeat`` seconds; when the condition clears a ``resolved`` notification follows (``send_resolved``).
-Each (rule, instance) is one alert with a stable fingerprint, so nothing is sent twice for one change.
+Each (rule, instance) is one alert with a stable fingerprint, so nothing is sent twice for one change. A
+``gpu_health`` rule (NVML's ECC, row remap, Xid, clock event reasons, PCIe link: console/core/gpu_health.py) is one
+alert per GPU that shows one of its fields: labels ``gpu``, ``uuid``, ``gpu_health``; the detail says the value.
 
 The JSON is Alertmanager's webhook payload (version 4), so receivers written for Alertmanager (chat
 bridges, incident tools) take it as is. Delivery never blocks the console: each webhook has its own queue
@@ -36,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from console.agent.wire.timefmt import fmt_age
+from console.core.gpu_health import alert_hits
 from console.core.spend import fmt_money, money
 from console.core.state import FleetState, InstanceState
 from console.core.text_safety import one_line, url_origin
@@ -72,6 +75,15 @@ def _iso(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+Key = tuple[str, str, str]  # an alert: (rule, instance, GPU index of a gpu_health rule or "")
+Out = dict[tuple[str, str], list[dict[str, Any]]]  # (rule, "firing" | "resolved") -> the alerts to send
+
+
+def k_gpu(key: Key) -> int:
+    """The GPU index of a gpu_health alert's key (-1 for the others)."""
+    return int(key[2]) if key[2] else -1
+
+
 def fingerprint(rule: str, name: str) -> str:
     return hashlib.sha256(f"{rule}\0{name}".encode()).hexdigest()[:16]
 
@@ -84,6 +96,7 @@ class Alert:
     labels: dict[str, str] = field(default_factory=dict)
     detail: str = ""
     firing: bool = False
+    sub: str = ""  # the GPU of a gpu_health rule's alert ("" for the others)
     starts_at: float = 0.0
     last_sent: float = 0.0
 
@@ -96,7 +109,7 @@ class Alert:
             "startsAt": _iso(self.starts_at),
             "endsAt": _iso(now) if status == "resolved" else ZERO_TIME,
             "generatorURL": "",
-            "fingerprint": fingerprint(self.rule.name, self.name),
+            "fingerprint": fingerprint(self.rule.name, f"{self.name}\0gpu{self.sub}" if self.sub else self.name),
         }
 
 
@@ -134,6 +147,9 @@ def condition(rule: AlertSpec, inst: InstanceState, now: float = 0.0) -> tuple[b
     if rule.idle_for is not None:
         true, why = idle_condition(rule, inst, now)
         return true, status, verdict, why
+    if rule.gpu_health:
+        hits = alert_hits(inst.gpus.values(), rule.gpu_health, now or time.time())
+        return bool(hits), status, verdict, "; ".join(f"GPU {gpu}: {text}" for gpu, _field, text in hits)
     if status in rule.statuses:
         return True, status, verdict, detail
     if verdict and verdict in rule.verdicts:
@@ -290,7 +306,7 @@ class AlertEngine:
         self.state = state
         self.bell = bell
         self.count = count
-        self.active: dict[tuple[str, str], Alert] = {}
+        self.active: dict[Key, Alert] = {}  # (rule, instance, GPU index of a gpu_health rule or "")
         names = webhook_names(url for rule in self.rules for url in rule.webhooks)
         self.senders: dict[str, WebhookSender] = {url: WebhookSender(url, self._failed, name)
                                                   for url, name in names.items()}
@@ -311,11 +327,14 @@ class AlertEngine:
 
     def evaluate(self, now: float | None = None) -> None:
         now = self.state.clock() if now is None else now
-        out: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        out: Out = {}
         ring = False
         for rule in self.rules:
             for inst in self.state.instances.values():
-                key = (rule.name, inst.name)
+                if rule.gpu_health:
+                    ring = self._gpu_rule(rule, inst, now, out) or ring
+                    continue
+                key = (rule.name, inst.name, "")
                 if not matches(rule, inst):
                     self._clear(key, now, out)
                     continue
@@ -323,37 +342,66 @@ class AlertEngine:
                 if not true:
                     self._clear(key, now, out)
                     continue
-                alert = self.active.get(key)
-                if alert is None:
-                    alert = self.active[key] = Alert(rule, inst.name, pending_since=now)
-                alert.labels = {"alertname": rule.name, "name": inst.name, "host": inst.host, "status": status,
-                                "severity": rule.severity, "tags": ",".join(inst.tags)}
-                if verdict:
-                    alert.labels["verdict"] = verdict
+                labels = {"verdict": verdict} if verdict else {}
                 if rule.idle_for is not None and inst.instance.price_per_hour is not None:  # idle spend
-                    alert.labels["price_per_hour"] = f"{inst.instance.price_per_hour:g}"
-                    alert.labels["idle_spend"] = f"{money(inst.meter.episode(now), inst.instance.price_per_hour):.2f}"
-                alert.detail = detail
-                if not alert.firing and now - alert.pending_since >= rule.for_seconds:
-                    alert.firing, alert.starts_at, alert.last_sent = True, now, now
-                    out.setdefault((rule.name, "firing"), []).append(alert.as_json("firing", now))
-                    ring = ring or rule.bell
-                elif (alert.firing and rule.repeat > 0 and rule.idle_for is None  # idle spend: once an episode
-                      and now - alert.last_sent >= rule.repeat):
-                    alert.last_sent = now
-                    out.setdefault((rule.name, "firing"), []).append(alert.as_json("firing", now))
+                    labels["price_per_hour"] = f"{inst.instance.price_per_hour:g}"
+                    labels["idle_spend"] = f"{money(inst.meter.episode(now), inst.instance.price_per_hour):.2f}"
+                ring = self._true(key, rule, inst, status, labels, detail, now, out) or ring
         for key in [k for k in self.active if k[1] not in self.state.instances]:  # instance left the fleet
             self._clear(key, now, out)
         self._send(out)
         if ring and self.bell is not None:
             self.bell()
 
-    def _clear(self, key: tuple[str, str], now: float, out: dict[tuple[str, str], list[dict[str, Any]]]) -> None:
+    def _gpu_rule(self, rule: AlertSpec, inst: InstanceState, now: float, out: Out) -> bool:
+        """A ``gpu_health`` rule: one alert per GPU that shows one of its fields (its own episode, its own
+        resolved); True when one began firing."""
+        hits: dict[int, list[tuple[str, str]]] = {}
+        if matches(rule, inst):
+            for gpu, name, text in alert_hits(inst.gpus.values(), rule.gpu_health, now):
+                hits.setdefault(gpu, []).append((name, text))
+        for key in [k for k in self.active if k[0] == rule.name and k[1] == inst.name]:
+            if k_gpu(key) not in hits:
+                self._clear(key, now, out)
+        status, verdict = condition(rule, inst, now)[1:3]
+        ring = False
+        for gpu, found in hits.items():
+            labels = {"gpu": str(gpu), "gpu_health": ",".join(dict.fromkeys(n for n, _t in found))}
+            uuid = (inst.gpus[gpu].static or {}).get("uuid") if gpu in inst.gpus else None
+            if uuid:
+                labels["uuid"] = str(uuid)
+            if verdict:
+                labels["verdict"] = verdict
+            detail = f"GPU {gpu}: " + ", ".join(t for _n, t in found)
+            ring = self._true((rule.name, inst.name, str(gpu)), rule, inst, status, labels, detail, now, out) or ring
+        return ring
+
+    def _true(self, key: Key, rule: AlertSpec, inst: InstanceState, status: str, labels: dict[str, str],
+              detail: str, now: float, out: Out) -> bool:
+        """The rule's condition holds for ``key``: pending, firing once an episode, repeated every ``repeat``;
+        True when it began firing now."""
+        alert = self.active.get(key)
+        if alert is None:
+            alert = self.active[key] = Alert(rule, inst.name, pending_since=now, sub=key[2])
+        alert.labels = {"alertname": rule.name, "name": inst.name, "host": inst.host, "status": status,
+                        "severity": rule.severity, "tags": ",".join(inst.tags), **labels}
+        alert.detail = detail
+        if not alert.firing and now - alert.pending_since >= rule.for_seconds:
+            alert.firing, alert.starts_at, alert.last_sent = True, now, now
+            out.setdefault((rule.name, "firing"), []).append(alert.as_json("firing", now))
+            return rule.bell
+        if (alert.firing and rule.repeat > 0 and rule.idle_for is None  # idle spend: once an episode
+                and now - alert.last_sent >= rule.repeat):
+            alert.last_sent = now
+            out.setdefault((rule.name, "firing"), []).append(alert.as_json("firing", now))
+        return False
+
+    def _clear(self, key: Key, now: float, out: Out) -> None:
         alert = self.active.pop(key, None)
         if alert is not None and alert.firing and alert.rule.send_resolved:
             out.setdefault((alert.rule.name, "resolved"), []).append(alert.as_json("resolved", now))
 
-    def _send(self, out: dict[tuple[str, str], list[dict[str, Any]]]) -> None:
+    def _send(self, out: Out) -> None:
         rules = {r.name: r for r in self.rules}
         for (name, status), alerts in out.items():
             rule = rules[name]

@@ -124,6 +124,7 @@ class GpuSampler:
         self.xid_history: Deque[XidEvent] = deque(maxlen=64)  # every Xid this agent knows of (the diagnosis's)
         self._register_due = False
         self._earlier_due = False
+        self.fresh = False  # this sample reads the health counters again (a diagnosis asked: Agent.fresh_sample)
         self._init()
 
     def set_xid_log(self, path: Optional[str]) -> None:
@@ -368,7 +369,7 @@ class GpuSampler:
         if mig is not None:
             record["mig"] = mig
         if self.health is not None:
-            health = self.health.read(dev.handle, dev.health, time.monotonic())
+            health = self.health.read(dev.handle, dev.health, time.monotonic(), force_slow=self.fresh)
             if health is not None:
                 record["health"] = health
         util_now, power_now = record["util"], record["power"]
