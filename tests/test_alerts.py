@@ -34,6 +34,7 @@ class Receiver:
 
     def __init__(self, fail_first: int = 0) -> None:
         self.bodies: list[dict[str, Any]] = []
+        self.times: list[float] = []  # when each body arrived
         self.attempts = 0
         self.fail_first = fail_first
         outer = self
@@ -47,6 +48,7 @@ class Receiver:
                     self.end_headers()
                     return
                 outer.bodies.append(json.loads(data))
+                outer.times.append(time.time())
                 self.send_response(200)
                 self.end_headers()
                 self.wfile.write(b"ok")

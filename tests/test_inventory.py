@@ -27,6 +27,11 @@ from console.inventory import (
 I = "[[instance]]\nname = 'a'\nhost = 'h'\n"  # noqa: E741 - one instance, lines 1-3
 SIG = "[[signature]]\ncode = 'disk_full'\nseverity = 'error'\npattern = 'x'\n"
 S = "seconds from"
+CUR = 'defaults.currency must be a currency sign or code like "$", "€", "EUR", '
+EXAMPLE_ARGV = '(["vastai", "stop", "instance", "{vast_id}"])'
+ARGV = 'actions.stop must be an argv list like ["vastai", "stop", "instance", "{vast_id}"], '
+USE = "(use {vast_id}, {name} or {host}; {{ and }} for a literal brace)"
+STOP = "[actions]\nstop = ['vastai', 'stop', 'instance', '{vast_id}']\n"
 
 # (fleet.toml text, line or None, the exact reason)
 BAD: list[tuple[str, int | None, str]] = [
@@ -130,6 +135,36 @@ BAD: list[tuple[str, int | None, str]] = [
     ("[[import]]\nssh_config = 'c'\nrefresh = 60\n", 3, "import #1: refresh does not apply to ssh_config imports"),
     ("[[import]]\nvastai_json = 'v.json'\nhosts = ['x']\n", 3,
      "import #1: hosts does not apply to vastai_json imports"),
+    # the rental bill (issue 31): the currency, [actions] stop and stop_idle_after
+    ("[defaults]\ncurrency = ''\n", 2, CUR + "not ''"),
+    ("[defaults]\ncurrency = 5\n", 2, CUR + "not 5"),
+    ("[defaults]\ncurrency = 'US dollars'\n", 2, CUR + "not 'US dollars'"),
+    ('[defaults]\ncurrency = "\\u001b[31m"\n', 2, CUR + "not '\\x1b[31m'"),
+    (I + "currency = 'EUR'\n", 4,
+     "instance 'a': unknown instance key 'currency' (the currency is set once, in [defaults])"),
+    ("currency = 'EUR'\n", 1, "unknown top-level key 'currency' (the currency goes in [defaults])"),
+    ("[actions]\nstop = 'vastai stop instance {vast_id}'\n", 2, ARGV + "not 'vastai stop instance {vast_id}'"),
+    ("[actions]\nstop = []\n", 2, ARGV + "not []"),
+    ("[actions]\nstop = ['vastai', 5]\n", 2, ARGV + "not ['vastai', 5]"),
+    ("[actions]\nstop = ['vastai stop', '{vast_id}']\n", 2,
+     "actions.stop[0] 'vastai stop': the program alone, one argument a list item " + EXAMPLE_ARGV),
+    ("[actions]\nstop = ['vastai', '{id}']\n", 2, "actions.stop[1] '{id}': unknown placeholder {id} " + USE),
+    ("[actions]\nstop = ['vastai', '{vast_id.__class__}']\n", 2,
+     "actions.stop[1] '{vast_id.__class__}': unknown placeholder {vast_id.__class__} " + USE),
+    ("[actions]\nstop = ['vastai', '{vast_id!r}']\n", 2,
+     "actions.stop[1] '{vast_id!r}': unknown placeholder {vast_id!r} " + USE),
+    ("[actions]\nstop = ['vastai', '{vast_id']\n", 2, "actions.stop[1] '{vast_id': a brace without its pair " + USE),
+    ("[actions]\nstop_idle_after = '30m'\n", 2,
+     "actions.stop_idle_after needs actions.stop = [...] (the command that stops an instance)"),
+    (STOP + "stop_idle_after = 'soon'\n", 3,
+     'actions.stop_idle_after must be a duration like "90s", "20m", "2h" or "1d", not \'soon\''),
+    (STOP + "stop_idle_after = 1800\n", 3,
+     'actions.stop_idle_after must be a duration like "90s", "20m", "2h" or "1d", not 1800'),
+    (STOP + "stop_idle_after = '5s'\n", 3, "actions.stop_idle_after must be from 10s to 30d, not '5s'"),
+    (STOP + "stop_idle_after = '45d'\n", 3, "actions.stop_idle_after must be from 10s to 30d, not '45d'"),
+    (STOP + "stop_after = '30m'\n", 3, "unknown actions key 'stop_after' (did you mean 'stop_idle_after'?)"),
+    ("[defaults]\nprice_per_hour = -0.5\n", 2,
+     "defaults.price_per_hour must be a price per hour from 0 to 10000 (a number, like 0.45), not -0.5"),
     # TOML itself
     ("[[instance]]\nname = 'a'\nhost = \n", 3, "invalid TOML: Invalid value"),
     (I + "port = 1\nport = 2\n", 5, "invalid TOML: Cannot overwrite a value"),
@@ -248,6 +283,7 @@ def test_ssh_config_read_as_ssh_reads_it(tmp_path: Path) -> None:
 
 VAST = {"id": 7, "label": "lab", "ssh_host": "ssh4.vast.ai", "ssh_port": 30101, "public_ipaddr": "9.9.9.9",
         "actual_status": "running", "gpu_name": "RTX 4090", "num_gpus": 2}
+DPH = "must be a price per hour from 0 to 10000, "
 
 
 @pytest.mark.parametrize(
@@ -265,6 +301,12 @@ VAST = {"id": 7, "label": "lab", "ssh_host": "ssh4.vast.ai", "ssh_port": 30101, 
         ([{**VAST, "label": 5}], ":1: instance 7: [0].label must be a string, not 5"),
         ([{**VAST, "id": None}], ":1: instance #0: [0].id must be a number or a string, not None"),
         ([{**VAST, "ssh_host": ["x"]}], ":1: instance 7 ('lab'): [0].ssh_host must be a string, not ['x']"),
+        ([{**VAST, "dph_total": "0.5"}], ":1: instance 7 ('lab'): [0].dph_total " + DPH + "not '0.5'"),
+        ([{**VAST, "dph_total": -0.2}], ":1: instance 7 ('lab'): [0].dph_total " + DPH + "not -0.2"),
+        ([{**VAST, "dph_total": True}], ":1: instance 7 ('lab'): [0].dph_total " + DPH + "not True"),
+        ([{**VAST, "dph_total": 1e9}], ":1: instance 7 ('lab'): [0].dph_total " + DPH + "not 1000000000.0"),
+        ([VAST, {**VAST, "id": 8, "label": "b", "dph_total": [1]}],
+         ":1: instance 8 ('b'): [1].dph_total " + DPH + "not [1]"),
     ],
 )
 def test_odd_vastai_json_is_one_line_naming_file_and_instance(tmp_path: Path, data: object, reason: str) -> None:

@@ -121,7 +121,7 @@ class FleetTable(FleetViewWidget, can_focus=True):
         status_w = max((len(badge_text(i, now)) + 2 for i in items), default=6)
         width = self.scrollable_content_region.width or self.size.width
         priced = any(getattr(i.instance, "price_per_hour", None) is not None for i in items)
-        cols = layout(max(20, width), name_w, status_w, priced)
+        cols = layout(max(20, width), name_w, status_w, priced, self.state.currency)
         if cols != self._cols or width != self._laid_width:
             self._cols, self._laid_width = cols, width
             self._cache.clear()
@@ -210,7 +210,7 @@ class FleetTable(FleetViewWidget, can_focus=True):
         pal = self.palette
         base = pal.base
         if y == 0:
-            line = header_line(self._cols, self.sort_key, self.reverse, self.stable, pal)
+            line = header_line(self._cols, self.sort_key, self.reverse, self.stable, pal, self.state.currency)
             return Strip(line.segments(base)).adjust_cell_length(width, base)
         k = int(self.scroll_offset.y) + y - 1
         if k >= len(self._names):

@@ -196,10 +196,17 @@ def sort_names(values: Dict[str, Dict[str, Any]], key: str, reverse: bool = Fals
     return with_value + without
 
 
-def layout(width: int, name_w: int, status_w: int, priced: bool = False) -> Layout:
+def column_title(key: str, currency: str = "$") -> str:
+    """A column's header; the money columns in the fleet's currency (``€/h``, ``IDLE €``, ``EUR/h``)."""
+    title = next(h for k, h, _w, _d, _r in COLUMNS if k == key)
+    return title.replace("$", currency) if key in MONEY_KEYS else title
+
+
+def layout(width: int, name_w: int, status_w: int, priced: bool = False, currency: str = "$") -> Layout:
     """The columns that fit ``width``: the low-priority ones dropped first; the progress column takes the rest.
-    The money columns (``$/h``, ``IDLE $``) only when the fleet has prices."""
+    The money columns (``$/h``, ``IDLE $``, in ``currency``) only when the fleet has prices."""
     fixed = {"name": max(5, name_w), "status": max(7, status_w)}  # (room for the title and its ▲)
+    fixed.update({k: max(w, len(column_title(k, currency)) + 1) for k, _h, w, _d, _r in COLUMNS if k in MONEY_KEYS})
     cols = [(k, fixed.get(k, w), right, drop) for k, _h, w, drop, right in COLUMNS
             if priced or k not in MONEY_KEYS]
     while True:
@@ -218,12 +225,12 @@ def _cell(text: str, width: int, right: bool) -> str:
     return text.rjust(width) if right else text.ljust(width)
 
 
-def header_line(cols: Layout, sort_key: str, reverse: bool, stable: bool, pal: Palette) -> Line:
-    """Column names; the sort column marked ▲/▼ (``o`` ``O``), ``[held]`` while the order is held (``S``)."""
-    titles = {k: h for k, h, _w, _d, _r in COLUMNS}
+def header_line(cols: Layout, sort_key: str, reverse: bool, stable: bool, pal: Palette, currency: str = "$") -> Line:
+    """Column names (money in ``currency``); the sort column marked ▲/▼ (``o`` ``O``), ``[held]`` while the order
+    is held (``S``)."""
     line = Line(" ", pal.dim)
     for key, width, right in cols:
-        title = titles[key]
+        title = column_title(key, currency)
         if key == sort_key:
             descending = (key not in ASCENDING) != reverse
             title += "▼" if descending else "▲"
@@ -294,5 +301,5 @@ def row_line(values: Dict[str, Any], cols: Layout, pal: Palette, status: str, *,
     return line
 
 
-__all__ = ["ASCENDING", "COLUMNS", "LIVE_KEYS", "SORT_KEYS", "SORT_VALUE", "Layout", "header_line", "layout",
-           "row_line", "row_values", "sort_names"]
+__all__ = ["ASCENDING", "COLUMNS", "LIVE_KEYS", "SORT_KEYS", "SORT_VALUE", "Layout", "column_title", "header_line",
+           "layout", "row_line", "row_values", "sort_names"]

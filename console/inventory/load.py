@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 import gc
 import re
+import string
 import tomllib
 import warnings
 from pathlib import Path
@@ -55,6 +56,25 @@ def find_fleet_file(explicit: str | None) -> Path | None:
         p = Path(candidate).expanduser()
         if p.exists():
             return p
+    return None
+
+
+STOP_PLACEHOLDERS = ("vast_id", "name", "host")
+
+
+def placeholder_problem(arg: str) -> str | None:
+    """Why one argument of ``[actions] stop`` is not a template ``str.format`` fills with the instance's
+    ``{vast_id}``, ``{name}``, ``{host}`` alone (None when it is): no other field, no attribute, index,
+    conversion or format spec (``{{``/``}}`` are literal braces)."""
+    use = "use {vast_id}, {name} or {host}; {{ and }} for a literal brace"
+    try:
+        fields = [(f, conv, spec) for _t, f, spec, conv in string.Formatter().parse(arg) if f is not None]
+    except ValueError:
+        return f"a brace without its pair ({use})"
+    for field, conv, spec in fields:
+        if field not in STOP_PLACEHOLDERS or conv or spec:
+            text = "{" + field + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}"
+            return f"unknown placeholder {text} ({use})"
     return None
 
 
@@ -376,12 +396,13 @@ class _Builder:
         if row is None:
             return ActionsSpec()
         stop = tuple(row.stop or ())
+        if stop and "/" not in stop[0] and stop[0].split() != [stop[0]]:  # "vastai stop" as one item
+            raise self.error(["actions", "stop"], f"actions.stop[0] {stop[0]!r}: the program alone, one argument a "
+                                                  'list item (["vastai", "stop", "instance", "{vast_id}"])')
         for i, arg in enumerate(stop):
-            try:
-                arg.format(vast_id="", name="", host="")
-            except (KeyError, IndexError, ValueError) as exc:
-                reason = f"actions.stop[{i}] {arg!r}: unknown placeholder {exc} (use {{vast_id}}, {{name}}, {{host}})"
-                raise self.error(["actions", "stop"], reason) from None
+            problem = placeholder_problem(arg)
+            if problem is not None:
+                raise self.error(["actions", "stop"], f"actions.stop[{i}] {arg!r}: {problem}")
         after = duration_seconds(row.stop_idle_after) if row.stop_idle_after is not None else None
         if after is not None and not stop:
             raise self.error(["actions", "stop_idle_after"], "actions.stop_idle_after needs actions.stop = [...] "

@@ -133,7 +133,8 @@ def idle_condition(rule: AlertSpec, inst: InstanceState, now: float, currency: s
                   f"{fmt_money(money(episode, price), currency)} so far")
 
 
-def condition(rule: AlertSpec, inst: InstanceState, now: float = 0.0) -> tuple[bool, str, str, str]:
+def condition(rule: AlertSpec, inst: InstanceState, now: float = 0.0, currency: str = "$"
+              ) -> tuple[bool, str, str, str]:
     """(true?, the status it is in, the verdict code, why) for one instance under one rule.
 
     A host between two reconnect attempts shows "connecting": its last settled status counts, so an
@@ -145,7 +146,7 @@ def condition(rule: AlertSpec, inst: InstanceState, now: float = 0.0) -> tuple[b
     diag: dict[str, Any] = dict(inst.diagnosis or {})
     verdict = str((diag.get("verdict") or {}).get("code") or "")
     if rule.idle_for is not None:
-        true, why = idle_condition(rule, inst, now)
+        true, why = idle_condition(rule, inst, now, currency)
         return true, status, verdict, why
     if rule.gpu_health:
         hits = alert_hits(inst.gpus.values(), rule.gpu_health, now or time.time())
@@ -338,7 +339,7 @@ class AlertEngine:
                 if not matches(rule, inst):
                     self._clear(key, now, out)
                     continue
-                true, status, verdict, detail = condition(rule, inst, now)
+                true, status, verdict, detail = condition(rule, inst, now, self.state.currency)
                 if not true:
                     self._clear(key, now, out)
                     continue

@@ -39,7 +39,8 @@ def to_csv(report: dict[str, Any]) -> str:
 
 
 def to_text(report: dict[str, Any], currency: str) -> str:
-    lines = [f"{'instance':<24} {'$/h':>8} {'watched':>9} {'benchmark':>9} {'idle':>9} {'spend':>10} "
+    rate = f"{currency}/h"
+    lines = [f"{'instance':<24} {rate:>8} {'watched':>9} {'benchmark':>9} {'idle':>9} {'spend':>10} "
              f"{'idle spend':>10} restarts"]
     for r in report["instances"]:
         price = "-" if r["price_per_hour"] is None else f"{r['price_per_hour']:.3f}"
