@@ -90,6 +90,7 @@ CASES = [
      "hung"),
     ("[2019-06-01 10:00:00] Stalled ranks:", "hung"),
     ("ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.", "host_oom_kill"),
+    ("memory allocation of 8606711792 bytes failed", "host_memory_exhausted"),
     ("(raylet) node_manager.cc:3069: 1 Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed",
      "host_oom_kill"),
     ("Jun 01 10:00:00 host systemd-oomd[812]: Killed /user.slice/user-1000.slice/session-3.scope due to memory "
@@ -416,7 +417,7 @@ def test_a_panic_is_the_cause_its_message_names_with_the_message_as_evidence() -
     # a message that names nothing stays a panic; Go's runtime OOM is host memory, not the GPU's
     assert _episodes(["thread 'main' panicked at src/x.rs:10:5:", "called `Option::unwrap()` on a `None` value", ""]
                      ) == [("panic", False, [1])]
-    assert _episodes(["fatal error: runtime: out of memory"]) == [("panic", False, [1])]
+    assert _episodes(["fatal error: runtime: out of memory"]) == [("host_memory_exhausted", False, [1])]
 
 
 def test_a_401_is_refused_credentials_unless_the_repo_is_gated() -> None:

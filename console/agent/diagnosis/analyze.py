@@ -20,11 +20,12 @@ from .completion import last_words, words_start
 from .events import PERSISTENT, SEVERITY_LEVEL, Episode, kernel_episodes, log_episodes
 from .liveness import Liveness, assess, building, building_line, loading
 from .motion import DOWNLOADING_RE, slowdown, stalls, warnings_while_working
+from .named_cause import causes_named_by_the_failure
 from .nvmlhealth import health_step
 from .processes import Processes, benchmark_processes, entrypoint_tree
 from .progress import LogProgress, compile_progress, log_progress
 from .records import Item, Step, step
-from .text import CONTEXT_RE, FAILED_RE, clean_message, context, ev, fmt_size, short
+from .text import CONTEXT_RE, FAILED_RE, clean_message, context, ev, fmt_size, hit_ev, short
 from .timeline import Timeline
 
 MAX_EVIDENCE = 6
@@ -204,7 +205,7 @@ def signature_findings(facts: Dict[str, Any], procs: Processes, progress: Dict[s
                     hit = ep.first
                     items.append(Item("missing_input", "info",
                                       "input was missing and then downloaded: %s" % short(hit["text"], 140),
-                                      [ev(hit["path"], hit["line"], hit["text"]), *resolution], time=ep.time,
+                                      [hit_ev(hit), *resolution], time=ep.time,
                                       order=ep.order, role="history"))
                 else:
                     unresolved.append(ep)
@@ -213,14 +214,14 @@ def signature_findings(facts: Dict[str, Any], procs: Processes, progress: Dict[s
                 continue
         current = [ep for ep in eps if not ep.stale and not ep.recovered]
         primary = min(current or eps, key=lambda e: (e.time, e.order))
-        evidence = [ev(h["path"], h["line"], h["text"]) for h in primary.hits[: MAX_EVIDENCE - 1]]
+        evidence = [hit_ev(h) for h in primary.hits[: MAX_EVIDENCE - 1]]
         evidence.extend(primary.follow)
         for other in eps:  # the other episodes: their first and last lines
             if other is primary:
                 continue
             for h in (other.hits[0], other.hits[-1]) if len(other.hits) > 1 else (other.hits[0],):
                 if len(evidence) < MAX_EVIDENCE + 4:
-                    evidence.append(ev(h["path"], h["line"], h["text"]))
+                    evidence.append(hit_ev(h))
         summary = _summary(primary)
         if len(eps) > 1:
             summary += " (%d occurrences)" % len(eps)
@@ -445,6 +446,7 @@ def analyze(facts: Dict[str, Any]) -> DiagnosisResult:
     stalls(facts, progress, procs, live, now, items, notes)
     slowdown(facts, progress, procs, now, items)
     warnings_while_working(facts, progress, procs, live, items)
+    causes_named_by_the_failure(facts, items)
     gpu_state(facts, procs, live, items, steps, notes)
     health_step(facts, items, steps)  # NVML's ECC counters and Xid events: hardware evidence (nvmlhealth.py)
     procs = still_loading(facts, progress, procs, live, steps)

@@ -31,6 +31,9 @@ CODES: Dict[str, tuple] = {
                         "the NVIDIA driver is too old for the CUDA runtime, or was upgraded under a loaded module"),
     "host_oom_kill": ("cause", 95, "host out of memory (kernel OOM kill)",
                       "the kernel OOM killer killed a process: the host ran out of RAM"),
+    "host_memory_exhausted": ("cause", 94, "host out of memory (allocation failed)",
+                              "the host's memory ran out and an allocation was refused (no OOM killer): a bigger "
+                              "host, fewer workers or a smaller job"),
     "io_error": ("cause", 94, "disk I/O error",
                  "a disk or filesystem failed (kernel I/O errors, a filesystem remounted read-only): check dmesg "
                  "and the device, move the data off it"),

@@ -62,6 +62,9 @@ COMPLETION: List[Pattern[str]] = [re.compile(p, _I) for p in (
     r"\b(?:final |job |overall |run )*status\s*[:=]\s*(?:completed|complete|succeeded|success|successful|done|ok)\b",
     # one step says it is done: "setup done", "training finished."
     r"^\s*[\w-]+ (?:done|finished|complete|completed)\s*[.!]*\s*$",
+    # a test program's closing words: HPL's "End of Tests." after "1 tests completed and passed residual checks"
+    r"^\s*end of (?:tests?|runs?|jobs?|benchmarks?|program|training|script)\s*[.!]*\s*$",
+    r"\b[1-9]\d* tests? (?:completed and )?passed\b|\ball (?:\d+ )?tests? passed\b|\.{3,}\s*PASSED\s*$",
     # a verification passed: "proof verified in 0.41s", "[INFO]  snarkJS: OK!", "verification: passed"
     r"(?<!\bnot )(?<!\bun)\bverified\b(?! false)|\bverification (?:ok|passed|succeeded|successful|true)\b|:\s*OK!?\s*$",
 )]

@@ -22,6 +22,7 @@ LOST_XIDS = frozenset((74, 79, 119, 120))
 XID_FOR = 24 * 3600.0  # seconds an Xid stays evidence
 REASONS = {"hw_slowdown": "HW slowdown", "hw_thermal": "HW thermal slowdown", "hw_power_brake": "HW power brake",
            "sw_thermal": "SW thermal slowdown", "sw_power_cap": "SW power cap"}
+SLOWDOWNS = frozenset(("hw_slowdown", "hw_thermal", "hw_power_brake", "sw_thermal"))  # a fault, not the load's cap
 
 
 def health_step(facts: Dict[str, Any], items: List[Item], steps: List[Any]) -> None:
@@ -51,6 +52,10 @@ def health_step(facts: Dict[str, Any], items: List[Item], steps: List[Any]) -> N
                                   % (rows.get("corrected"), rows.get("uncorrected")))]))
             found += 1
         lines.extend("gpu%s %s" % (index, fact) for fact in _facts(h, now))
+        held = [REASONS[r] for r in h.get("clock_events") or () if r in SLOWDOWNS]
+        if held:  # a symptom-tier state: the job runs slower than it should (SW power cap is normal at full load)
+            items.append(Item("throttled", "warning", "GPU %s clocks held down: %s (NVML)" % (index, ", ".join(held)),
+                              [ev(where, None, "clock event reasons active: %s" % ", ".join(held))]))
     for x in xids:
         code = "gpu_ecc" if x["xid"] in ECC_XIDS else "gpu_lost" if x["xid"] in LOST_XIDS else None
         when = x.get("time")

@@ -42,6 +42,12 @@ SIZED_RE = re.compile(
 # the same with the percent first: "pulling 6a0746a1ec1a...  45% ▕████     ▏ 2.1 GB/4.7 GB  2.0 MB/s" (ollama)
 SIZED_AFTER_RE = re.compile(
     r"(\d{1,3}(?:\.\d+)?)\s?%[^\w\n]{0,120}?([\d.]+\s?[KMGTPE]i?B)\s*(?:/|\bof\b)\s*([\d.]+\s?[KMGTPE]i?B)")
+# a percent, then one amount of bytes and a rate: git's and git-lfs's "Filtering content:  39% (13/33), 60.9 GiB |
+# 38 MiB/s", "Receiving objects:  45% (1234/2700), 12.34 MiB | 5.67 MiB/s"
+PCT_AMOUNT_RATE_RE = re.compile(
+    r"(\d{1,3}(?:\.\d+)?)\s?%[^\n%]{0,40}?\b([\d.]+\s?[KMGTPE]?i?B)\b[^\n%]{0,20}?[\d.]+\s?[KMGTPE]?i?B/s")
+# wget's dot meter (a log file, or --progress=dot): "  63932750K .......... .......... ...  55% 11.2M 5h43m"
+WGET_DOTS_RE = re.compile(r"^\s*(\d+)K(?:\s+[.,]{1,16}){1,12}\s+(\d{1,3})%\s+[\d.,]+[KMG]?")
 DOWNLOAD_DESC_RE = re.compile(
     r"\.(?:safetensors|bin|gguf|params|pt|pth|ckpt|tar|gz|zip|json|vk|srs)\b|download|fetch", re.IGNORECASE)
 # the benchmark's own progress (``[benchmark] progress`` replaces it)
@@ -146,6 +152,16 @@ def parse(text: str, bench_re: Optional[Pattern[str]] = None) -> Optional[Sample
         pct = float(last.group(1))
         if pct <= 100.0:
             return Sample("download", last.group(2), pct, None, pct >= 100.0)
+    last = _last(PCT_AMOUNT_RATE_RE, text)
+    if last is not None:
+        pct = float(last.group(1))
+        if pct <= 100.0:
+            return Sample("download", last.group(2), pct, None, pct >= 100.0)
+    m = WGET_DOTS_RE.match(text)
+    if m:
+        pct = float(m.group(2))
+        if pct <= 100.0:
+            return Sample("download", m.group(1), pct, None, pct >= 100.0)
     m = CURL_BAR_RE.match(text)
     if m:
         pct = float(m.group(1))

@@ -105,7 +105,10 @@ SIGNATURES: List[Signature] = [
          r"nfs: server \S+ not responding|task \S+:\d+ blocked for more than \d+ seconds|hung_task_timeout_secs"
          r"|hung_task: blocked tasks|\S+': Transport endpoint is not connected"
          r"|/\S*: Transport endpoint is not connected|Transport endpoint is not connected: '/"
-         r"|unable to access MOUNTPOINT",
+         r"|unable to access MOUNTPOINT"
+         # Lustre's client losing its metadata/object server: operations wait for recovery
+         r"|Connection to \S+ \(at [^)]+\) was lost|will wait for recovery to complete"
+         r"|Request sent has timed out for (?:slow reply|sent delay)",
          "network or FUSE storage stopped answering (NFS server not responding, tasks blocked in the kernel, a dead "
          "s3fs/FUSE mount): the job waits on it; check the server or remount"),
     _sig("resource_limit", "error",
@@ -113,9 +116,12 @@ SIGNATURES: List[Signature] = [
          r"|fork: (?:retry: )?Resource temporarily unavailable|pthread_create.{0,80}Resource temporarily unavailable"
          r"|Thread creation failed: Resource temporarily unavailable|failed to create new OS thread"
          r"|RLIMIT_NPROC|RLIMIT_NOFILE|file-max limit \d+ reached"
-         r"|received 0 items of ancdata|JavaScript heap out of memory|Reached heap limit Allocation failed",
-         "a per-process limit was hit (open files, processes/threads): raise it (ulimit -n / -u, the container's "
-         "limits) or use fewer workers/threads"),
+         r"|received 0 items of ancdata|JavaScript heap out of memory|Reached heap limit Allocation failed"
+         # RDMA memory registration under a small locked-memory limit (ulimit -l): NCCL/UCX/MPI over InfiniBand
+         r"|ibv_reg_mr\w*\b.{0,80}(?:Cannot allocate memory|failed)|\bRLIMIT_MEMLOCK\b|max locked memory"
+         r"|(?:unable|failed|cannot) to (?:register|pin|lock) (?:the )?memory",
+         "a per-process limit was hit (open files, processes/threads, locked memory): raise it (ulimit -n / -u / -l, "
+         "the container's limits) or use fewer workers/threads"),
     _sig("cuda_oom", "error",
          r"CUDA out of memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUDA error: out of memory"
          r"|out of memory on (?:device|GPU)|OutOfMemoryError: CUDA|cudaMalloc failed: out of memory"
@@ -127,6 +133,13 @@ SIGNATURES: List[Signature] = [
          r"|kv.?cache.{0,120}insufficient memory|insufficient memory.{0,120}kv.?cache"
          r"|Requested amount of GPU memory \(\d+ bytes\) could not be allocated|GPU memory is not enough",
          "GPU memory ran out (batch/model/context too large for this GPU, or another process holds memory)"),
+    _sig("host_memory_exhausted", "error",
+         r"memory allocation of \d+ bytes failed|std::bad_alloc|(?<![\w.])MemoryError\b(?!: CUDA)"
+         r"|Unable to allocate [\d.]+ [KMGTPE]?i?B for an array|fatal error: runtime: out of memory"
+         r"|java\.lang\.OutOfMemoryError|Cannot allocate memory|\bENOMEM\b|os error 12\b|Errno 12\]"
+         r"|Os \{ code: 12,|out of memory: (?:cannot|could not|failed to) allocate|malloc\(\) failed",
+         "the host's memory ran out: an allocation was refused (no OOM killer involved): use a bigger host, fewer "
+         "workers or a smaller job, or raise the container's memory limit"),
     _sig("nccl_timeout", "error",
          r"Watchdog caught collective operation timeout|WorkNCCL\(.*\) ran for \d+ milliseconds before timing out"
          r"|Some NCCL operations have failed or timed out|Watchdog hang detected|collective operation timeout"
@@ -142,7 +155,12 @@ SIGNATURES: List[Signature] = [
          r"|Anonymous caller does not have|Invalid credentials in Authorization header|Invalid user token"
          r"|whoami-v2|AuthenticationFailed|Server failed to authenticate the request"
          r"|Your credentials are invalid|Reauthentication (?:failed|required)|invalid_grant"
-         r"|credentials? (?:have|has) expired|The provided token has expired",
+         r"|credentials? (?:have|has) expired|The provided token has expired"
+         # an SSH login refused (pdsh/mpirun/deepspeed reaching the other nodes), a registry or git server refusing
+         r"|Permission denied \((?:publickey|password|keyboard-interactive|gssapi|hostbased)[\w,-]*\)"
+         r"|unauthorized: (?:authentication required|incorrect username or password)|no basic auth credentials"
+         r"|denied: requested access to the resource is denied|pull access denied for"
+         r"|fatal: Authentication failed for|remote: (?:Invalid username or password|HTTP Basic: Access denied)",
          "the storage or model hub refused the credentials (key unknown, expired token, wrong secret, no access "
          "granted): fix the key/token or its permissions; retrying does not help"),
     _sig("permission_denied", "error",
@@ -259,7 +277,7 @@ SIGNATURES: List[Signature] = [
          "a process was killed with SIGKILL (often the OOM killer or a timeout)"),
     _sig("cuda_error", "error",
          r"CUDA error|CUDA_ERROR_\w+|cudaError\w+|CUBLAS_STATUS_\w+|illegal memory access was encountered"
-         r"|NCCL error|ncclSystemError|ncclUnhandledCudaError|ncclInternalError",
+         r"|NCCL error|ncclSystemError|ncclUnhandledCudaError|ncclInternalError|\bNCCL failure\b",
          "a CUDA call failed"),
     _sig("gpu_xid", "error", r"NVRM: Xid\b",
          "the NVIDIA driver reported an Xid error (often an application fault on the GPU)"),
@@ -273,7 +291,11 @@ SIGNATURES: List[Signature] = [
          r"command not found|No module named |cannot import name|\bnvcc: not found|/bin/sh: \d+: \S+: not found"
          r"|(?:^|\s)(?:ba|da|z)?sh: (?:line )?\d+: [\w.+-]+: not found"
          r"|CUDA_HOME environment variable is not set|No such file or directory: '[^']*/nvcc'"
-         r"|nvcc was not found|Could not find nvcc",
+         r"|nvcc was not found|Could not find nvcc"
+         r"|Ninja is required to load C\+\+ extensions|\bninja: (?:command )?not found"
+         r"|CMake (?:must be installed|is not installed|was not found)|Could not find CMake\b"
+         r"|No CMAKE_\w+_COMPILER could be found|unable to execute '[\w.+-]+': No such file or directory"
+         r"|error: command '[^']+' failed: No such file or directory",
          "a command or Python module is not installed"),
     _sig("timeout", "warning", r"deadline exceeded|DeadlineExceeded|timed out|\btimeout expired\b",
          "an operation timed out"),
@@ -351,6 +373,7 @@ COMPLETED: List[Pattern[str]] = [re.compile(p, re.IGNORECASE) for p in (
 SIGNATURE_CODES = [s.code for s in SIGNATURES]
 
 
+LONG_LINE = 300  # a line longer than this (text.EVIDENCE_CHARS) is cited around its match
 CUSTOM_LINE_CAP = 2000  # characters of a line a custom pattern sees
 CUSTOM_BUDGET = 2.0  # seconds all custom patterns of one diagnosis may take together
 
@@ -499,14 +522,17 @@ def scan_lines(
     for offset, text in enumerate(lines):
         sig = custom_hits.get(offset) or match_line_fast(text, prepared)
         if sig is not None:
-            hits.append(
-                {
-                    "code": sig.code,
-                    "severity": sig.severity,
-                    "explanation": sig.explanation,
-                    "path": path,
-                    "line": first_line + offset,
-                    "text": text,
-                }
-            )
+            hit = {
+                "code": sig.code,
+                "severity": sig.severity,
+                "explanation": sig.explanation,
+                "path": path,
+                "line": first_line + offset,
+                "text": text,
+            }
+            if len(text) > LONG_LINE and not isinstance(sig, CustomSignature):
+                found = sig.pattern.search(text)  # where in a long line: its evidence is cut around it
+                if found is not None:
+                    hit["focus"] = found.start()
+            hits.append(hit)
     return hits

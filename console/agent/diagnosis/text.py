@@ -40,8 +40,20 @@ def fmt_size(n: Optional[float]) -> str:
     return "?"
 
 
-def ev(path: str, line: Optional[int], text: str) -> Evidence:
-    return {"path": path, "line": line, "text": short(text, 300)}
+EVIDENCE_CHARS = 300
+
+
+def ev(path: str, line: Optional[int], text: str, focus: Optional[int] = None) -> Evidence:
+    """One evidence line, cut to ``EVIDENCE_CHARS``; a long line keeps the part around ``focus`` (where its
+    signature matched: onnxruntime's 400-character line names the missing library at its end)."""
+    if focus is not None and len(text) > EVIDENCE_CHARS and focus > EVIDENCE_CHARS // 2:
+        text = "\u2026" + text[min(focus - 100, len(text) - EVIDENCE_CHARS + 1):]
+    return {"path": path, "line": line, "text": short(text, EVIDENCE_CHARS)}
+
+
+def hit_ev(hit: Dict[str, Any]) -> Evidence:
+    """A signature hit as evidence, cut around what matched."""
+    return ev(hit["path"], hit["line"], hit["text"], hit.get("focus"))
 
 
 def proc_line(rec: Any, depth: int = 0) -> str:
