@@ -821,6 +821,37 @@ def test_gather_measures_cpu_io_and_listening_ports(tmp_path: Path) -> None:
             child.wait()
 
 
+def test_a_server_is_seen_listening_on_a_host_with_hundreds_of_sockets() -> None:
+    """/proc/net/tcp is handed out a page (~26 sockets) per read: on a busy host the server's LISTEN row is pages
+    in, and a one-read table called an idle inference server a batch job with idle GPUs (blind round 3's TabbyAPI
+    turned gpu_idle on this box once it held a hundred listeners)."""
+    import socket
+    import subprocess
+    import sys
+
+    from console.agent.diagnosis.activity import listening
+
+    crowd = []
+    try:
+        for _ in range(300):  # listeners opened before the server's: its row comes after theirs
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            s.listen(1)
+            crowd.append(s)
+        server = subprocess.Popen(
+            [sys.executable, "-c", "import socket, sys, time\ns = socket.socket()\ns.bind(('127.0.0.1', 0))\n"
+             "s.listen(1)\nprint(s.getsockname()[1], flush=True)\ntime.sleep(60)\n"], stdout=subprocess.PIPE)
+        try:
+            port = int(server.stdout.readline())
+            assert listening([server.pid]) == {server.pid: [port]}
+        finally:
+            server.kill()
+            server.wait()
+    finally:
+        for s in crowd:
+            s.close()
+
+
 def test_the_fleet_file_kind_reaches_the_agent(tmp_path: Path) -> None:
     from console.inventory import ConfigError, load_fleet
 

@@ -18,7 +18,7 @@ import os
 import time
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
-from ..sample.procfs import read_bytes
+from ..sample.procfs import read_all, read_bytes
 from ..wire.config import compile_patterns
 from ..wire.frames import CLK_TCK, parse_stat
 from ..wire.procmatch import matches_program
@@ -105,7 +105,7 @@ def _listen_table(pid: int) -> Dict[str, int]:
     """inode -> port of the TCP sockets in LISTEN state, as process ``pid``'s network namespace sees them."""
     out: Dict[str, int] = {}
     for name in ("tcp", "tcp6"):
-        data = read_bytes("%s/%d/net/%s" % (PROC, pid, name), 1 << 22)
+        data = read_all("%s/%d/net/%s" % (PROC, pid, name))  # every page: a busy host lists thousands
         if not data:
             continue
         for line in data.splitlines()[1:]:

@@ -35,6 +35,29 @@ def read_bytes(path: str, size: int = 4096) -> Optional[bytes]:
         os.close(fd)
 
 
+def read_all(path: str, size: int = 1 << 22) -> Optional[bytes]:
+    """Up to ``size`` bytes of a generated file that the kernel hands out a page per read (``/proc/net/tcp``:
+    one ``read`` returns about 4 KB, the first ~26 sockets); None when unreadable."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    parts: list[bytes] = []
+    got = 0
+    try:
+        while got < size:
+            chunk = os.read(fd, min(1 << 16, size - got))
+            if not chunk:
+                break
+            parts.append(chunk)
+            got += len(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return b"".join(parts)
+
+
 def boot_time() -> float:
     """When this host booted (epoch seconds, to 0.01 s): now minus ``/proc/uptime``.
 
