@@ -43,6 +43,18 @@ from tests.test_diagnose import TRAIN_BENCH, by_code, gpu, logs_of, rec
     # Lustre's client losing its server
     ("Lustre: fsx-MDT0000-mdc-0000: Connection to fsx-MDT0000 (at 10.0.47.232@tcp) was lost; in progress "
      "operations using this service will wait for recovery to complete", "storage_stall"),
+    # round 3's classes left from before (fixed after round 6 was scored): torch's own OOM class, SGLang's memory
+    # check, libmamba's unsatisfiable pin, TLS that never came up, an HTTP fetch timing out inside requests
+    ("torch.OutOfMemoryError: Allocation on device", "cuda_oom"),
+    ("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.", "cuda_oom"),
+    ("  - package conda-23.11.0-py311h06a4308_0 requires python >=3.11,<3.12.0a0, but none of the providers can "
+     "be installed", "install_failed"),
+    ("OpenSSL: error:1407742E:SSL routines:SSL23_GET_SERVER_HELLO:tlsv1 alert protocol version", "download_failed"),
+    ("Unable to establish SSL connection.", "download_failed"),
+    ("requests.exceptions.ConnectionError: HTTPSConnectionPool(host='cdn-lfs.huggingface.co', port=443): Read "
+     "timed out.", "download_failed"),
+    ("ERROR: torch 2.1.0 requires numpy>=1.26, but you have numpy 1.24.4 which is incompatible.",
+     "version_mismatch"),  # pip's own pin conflict: unchanged
 ])
 def test_round_6_wordings_join_their_classes(line: str, code: str) -> None:
     sig = signatures.match_line(line)
@@ -71,6 +83,23 @@ def test_a_test_programs_closing_words_finish_the_run(tmp_path: Path) -> None:
             "              0 tests completed and failed residual checks,\n"
             "              0 tests skipped because of illegal input values.\n" + "-" * 80 + "\n\nEnd of Tests.\n")
     assert dg.analyze(dead_run(tmp_path, text))["verdict"]["code"] == "finished"
+
+
+@pytest.mark.parametrize("text", [
+    "*** Public inputs: 33 35937\n*** Verification status: True\n",
+    "Model checkpoint of size 4.66 GiB saved to /out/epoch_0/ft-model-00030-of-00030.safetensors\n"
+    "Saving final epoch checkpoint.\nThe full model checkpoint has been saved successfully.\n"
+    "Saving checkpoint took 611.48 secs\n",
+], ids=["verification-status", "saved-successfully"])
+def test_a_verification_status_or_a_save_that_succeeded_finishes_the_run(tmp_path: Path, text: str) -> None:
+    assert dg.analyze(dead_run(tmp_path, text))["verdict"]["code"] == "finished"
+
+
+def test_a_tls_failure_before_a_scripts_done_is_the_verdict(tmp_path: Path) -> None:
+    text = ("done.\n+ wget https://files.example.org/weights.tar.gz\nConnecting to files.example.org|10.0.0.1|:443... "
+            "connected.\nOpenSSL: error:1407742E:SSL routines:SSL23_GET_SERVER_HELLO:tlsv1 alert protocol version\n"
+            "Unable to establish SSL connection.\n")
+    assert dg.analyze(dead_run(tmp_path, text))["verdict"]["code"] == "download_failed"
 
 
 def test_a_long_line_is_cited_around_what_it_names(tmp_path: Path) -> None:

@@ -67,6 +67,9 @@ COMPLETION: List[Pattern[str]] = [re.compile(p, _I) for p in (
     r"\b[1-9]\d* tests? (?:completed and )?passed\b|\ball (?:\d+ )?tests? passed\b|\.{3,}\s*PASSED\s*$",
     # a verification passed: "proof verified in 0.41s", "[INFO]  snarkJS: OK!", "verification: passed"
     r"(?<!\bnot )(?<!\bun)\bverified\b(?! false)|\bverification (?:ok|passed|succeeded|successful|true)\b|:\s*OK!?\s*$",
+    r"\bverification (?:status|result)\s*[:=]\s*(?:true|ok|passed|success|valid)\b",
+    # the last save says so: torchtune's "has been saved successfully", "checkpoint saved successfully"
+    r"\b(?:has been|have been|was|were) saved successfully\b|\bsaved successfully\b",
 )]
 # a summary figure that closes the log (only among its last CLOSING_LINES lines: the same words early in a log
 # are a model's size or a warm-up's figure): nccl-tests' "# Avg bus bandwidth : 92.34", "mean latency = 3.2 ms"

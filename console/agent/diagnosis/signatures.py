@@ -131,7 +131,9 @@ SIGNATURES: List[Signature] = [
          r"|OOM when allocating tensor|RESOURCE_EXHAUSTED: Out of memory|cuda\w*.{0,160}\bout of memory"
          r"|insufficient (?:GPU|device) memory|\[TensorRT-LLM\]\[ERROR\].{0,200}\bout of memory"
          r"|kv.?cache.{0,120}insufficient memory|insufficient memory.{0,120}kv.?cache"
-         r"|Requested amount of GPU memory \(\d+ bytes\) could not be allocated|GPU memory is not enough",
+         r"|Requested amount of GPU memory \(\d+ bytes\) could not be allocated|GPU memory is not enough"
+         r"|torch\.(?:cuda\.)?OutOfMemoryError\b|\bAllocation on device\b"
+         r"|Not enough memory\.? Please try to (?:increase|decrease) --mem-fraction-static",
          "GPU memory ran out (batch/model/context too large for this GPU, or another process holds memory)"),
     _sig("host_memory_exhausted", "error",
          r"memory allocation of \d+ bytes failed|std::bad_alloc|(?<![\w.])MemoryError\b(?!: CUDA)"
@@ -182,7 +184,8 @@ SIGNATURES: List[Signature] = [
          r"|\bversion of [\w.+-]{1,30} that does not match\b"
          r"|is not compatible with the current PyTorch installation|is not compatible with this version of"
          r"|no kernel image is available for execution|NoKernelImageForDevice|CUDA_ERROR_NO_BINARY_FOR_GPU"
-         r"|\brequires [`'\"]?[\w.\[\]-]+ ?(?:>=|==|~=|<)\s*\d|which is incompatible\b"
+         r"|\brequires (?![^\n]*none of the providers can be installed)[`'\"]?[\w.\[\]-]+ ?(?:>=|==|~=|<)\s*\d"
+         r"|which is incompatible\b"
          r"|incompatible with (?:torch|pytorch|cuda|the (?:installed|current)|this version|your (?:installed|current))"
          r"|unknown model architecture|does not recognize this architecture|version of Transformers is out of date"
          r"|architectures? \[[^\]]*\] (?:are|is) not supported"
@@ -205,7 +208,7 @@ SIGNATURES: List[Signature] = [
          r"|ResolutionImpossible|package versions have conflicting dependencies"
          r"|externally-managed-environment|No solution found when resolving dependencies"
          r"|UnsatisfiableError|PackagesNotFoundError|ResolvePackageNotFound|Could not solve for environment specs"
-         r"|Solving environment: (?:\.+working\.+ )?failed\s*$"
+         r"|Solving environment: (?:\.+working\.+ )?failed\s*$|none of the providers can be installed"
          r"|E: Unable to locate package|E: Package '[^']*' has no installation candidate|E: Could not get lock"
          r"|E: Unable to acquire the dpkg frontend lock|E: Failed to fetch|E: Unable to fetch some archives"
          r"|E: Unable to correct problems|E: Sub-process /usr/bin/dpkg returned an error"
@@ -224,6 +227,10 @@ SIGNATURES: List[Signature] = [
          r"|An error occurred \((?:403|404|NoSuchKey|NoSuchBucket)\) when calling|\bNoSuchKey\b"
          r"|\bIncompleteRead\(\d+ bytes read|ContentTooShortError|ChunkedEncodingError|Connection broken: "
          r"|retrieval incomplete: got only"
+         # TLS that never came up (wget/curl/OpenSSL), an HTTP fetch that timed out inside requests/urllib3
+         r"|Unable to establish SSL connection|SSL routines:.{0,80}(?:alert|fail|wrong version|unexpected eof)|SSL_connect\b.{0,40}error"
+         r"|CERTIFICATE_VERIFY_FAILED|certificate verify failed"
+         r"|HTTPS?ConnectionPool\(host=[^)]*\): Read timed out|ReadTimeoutError: HTTPS?ConnectionPool"
          r"|\bDownload aborted\b|\berrorCode=[1-9]\d* .{0,200}\b(?:Size mismatch|Network problem|Resource not found"
          r"|Timeout|Connection)|\b(?:fetch|transfer|retrieval)\w* failed\b(?!\s*[:=]\s*0\b)"
          r"|fetch\w*\b.{0,160}(?:connection reset|reset by peer|unexpected EOF|broken pipe|timed out|i/o timeout"
