@@ -92,6 +92,7 @@ class Worker:
         self.tap = False  # a recording: every frame also as JSON ("rec")
         self.held = Coalescer()
         self.delivered = 0  # frames sent to the console
+        self.shown: set[str] = set()  # instances whose session's first GPU frame went out
 
     # -- out -----------------------------------------------------------------------------------------
     def _emit(self, event: tuple[Any, ...], urgent: bool) -> None:
@@ -121,7 +122,9 @@ class Worker:
         if self.tap:
             data = json.dumps(frame, separators=(",", ":"), default=str).encode()
             self._emit(("rec", name, data), urgent=False)
-        if name in self.view and not self.behind:
+        if (name in self.view or name not in self.shown) and not self.behind:
+            if frame.get("type") == "gpu":
+                self.shown.add(name)  # a session's first GPU frame goes at once: the header counts its GPUs
             self._deliver(name, frame)
         elif self.held.holds(frame):
             self.held.add(name, frame)
@@ -162,6 +165,7 @@ class Worker:
             self._flush_soon()
 
     def on_status(self, name: str, status: str, detail: str) -> None:
+        self.shown.discard(name)
         link = self.links.get(name)
         offer = offer_data(getattr(link, "host_key_offer", None))
         retry_at = getattr(link, "next_retry_at", None)
