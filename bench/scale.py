@@ -352,7 +352,7 @@ class ReplayHost:
         return b"".join(out)
 
     async def _tick(self) -> None:
-        from console.agent.sample.logs import hold_frames
+        from console.agent.wire.loglines import hold_frames
 
         r, rs = self.replay, self.summary
         while True:

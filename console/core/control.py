@@ -9,6 +9,7 @@ that no widget opens the SQLite file itself.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -121,6 +122,10 @@ class FleetControl(Protocol):
 
     def keep_open(self, name: str | None) -> None: ...
 
+    def set_view(self, names: Iterable[str]) -> None:
+        """The instances the operator sees now (their streams come in full, the others' merged)."""
+        ...
+
     def retry_at(self, name: str) -> float | None:
         """When ``name``'s failing link tries again (``time.time()``), None when it is not waiting to."""
         ...
@@ -183,6 +188,9 @@ class OfflineControl:
         return False
 
     def keep_open(self, name: str | None) -> None:
+        return None
+
+    def set_view(self, names: Iterable[str]) -> None:
         return None
 
     def retry_at(self, name: str) -> float | None:

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import inspect
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NotRequired, TypedDict
 
 from console.agent.wire.protocol import RestartPlan, RestartResult
@@ -98,7 +98,7 @@ class FleetController:
                 self.fleet_errors["audit"] = f"cannot write the audit log {self.audit.path}: {exc.strerror or exc}"
         if self.shards is None and not self.links:
             count = worker_count(sum(1 for inst in self.fleet.instances if inst.transport != "local"))
-            self.shards = ShardPool(count) if count else None
+            self.shards = ShardPool(count, tap=self.frame_tap) if count else None
         if names is None and not self.started and any(
                 getattr(spec, "ssh", "") == "on_demand" for spec in getattr(self.fleet, "sources", None) or []):
             self.on_demand = OnDemand(self)  # it opens the links, once the sources said what they cover
@@ -417,6 +417,7 @@ class FleetController:
 
     # -- what the UI reads (console/core/control.py, FleetControl): links' retry times, host keys, the history ------
     live = True  # hosts can be asked (a log's older lines, a grep); a replay has none
+    frame_tap: Callable[[str, bytes], None] | None = None  # a recording's: every worker frame as JSON
     detail_on_demand = True  # off where every stream is wanted in full (the monitoring's exporter or recording)
     history_reader: HistoryReader | None = None  # the history file's queries, where history is kept
 
@@ -431,12 +432,9 @@ class FleetController:
 
     def host_key_offer(self, name: str) -> KeyOffer | None:
         """The unknown (or changed) host key ``name``'s link was offered, None when there is none."""
-        offer: KeyOffer | None = getattr(self.links.get(name), "host_key_offer", None)
-        return offer
+        return getattr(self.links.get(name), "host_key_offer", None)
 
-    @property
-    def keeps_history(self) -> bool:
-        return self.history_reader is not None
+    keeps_history = property(lambda self: self.history_reader is not None)  # FleetControl: a history file is kept
 
     def gpu_history(self, name: str, since: float) -> GpuSeries | None:
         """``name``'s GPU minute points since ``since`` from the history file; None when none is kept."""
@@ -462,6 +460,11 @@ class FleetController:
     async def _send_detail(self, link: Link, level: str) -> None:
         with contextlib.suppress(LinkError, OSError):
             await link.request("detail", {"level": level}, timeout=15.0)
+
+    def set_view(self, names: Iterable[str]) -> None:
+        """The instances the operator sees: their frames as they come, the others' merged (link/coalesce.py)."""
+        if self.shards is not None:
+            self.shards.set_view(names)
 
     # -- log tools (agent ops read / grep, console/agent/sample/logread.py): host text cleaned here ---------------
     async def read_log(self, name: str, path: str, before_line: int | None, n: int = 200) -> dict[str, Any]:

@@ -64,9 +64,17 @@ def failure(gpu: GpuState, now: float) -> str:
     return "GPU %d: %s" % (gpu.index, ", ".join(why)) if why else ""
 
 
+def _may_fail(health: Dict[str, Any]) -> bool:
+    return bool(health.get("ecc_uncorrected") or (health.get("remapped_rows") or {}).get("failure"))
+
+
 def instance_failure(gpus: Iterable[GpuState], now: float) -> str:
     """``gpu_health: GPU 3: 2 uncorrectable ECC errors; ...`` for the status detail; "" when none fails."""
-    reasons = [r for r in (failure(g, now) for g in sorted(gpus, key=lambda g: g.index)) if r]
+    # every frame re-derives the status: most GPUs have no Xid, no health record or a clean one, seen at a glance
+    troubled = [g for g in gpus if g.xids or (g.health and _may_fail(_h(g)))]
+    if not troubled:
+        return ""
+    reasons = [r for r in (failure(g, now) for g in sorted(troubled, key=lambda g: g.index)) if r]
     return "gpu_health: " + "; ".join(reasons) if reasons else ""
 
 

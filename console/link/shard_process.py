@@ -7,19 +7,27 @@ as JSON lines and is decoded and validated by the link here, as in the console p
 
 In (console -> worker): ``("add", Instance)``, ``("remove", request_id, name)``, ``("retry", name)``,
 ``("forget_offer", name)``, ``("request", request_id, name, op, args, timeout)``,
-``("command", request_id, name, command, timeout)``, ``("stop",)``.
+``("command", request_id, name, command, timeout)``, ``("view", names)`` (the instances the operator sees:
+their frames go out as they come), ``("tap", on)`` (a recording wants every frame), ``("stop",)``.
 
 Out (worker -> console), in batches (a list of events per message, one message per ``FLUSH_EVERY`` at most
 while frames flow, at once for a status change or a reply): ``("frame", name, frame)``,
 ``("status", name, status, detail, offer, retry_at)`` (``offer``: ``OfferData`` of an unknown host key, or
 None; ``retry_at``: the link's ``next_retry_at``) and
-``("reply", request_id, ok, value)`` (``value``: the result, or the exception to raise).
+``("reply", request_id, ok, value)`` (``value``: the result, or the exception to raise) and, while tapped,
+``("rec", name, json)`` (every frame as the link decoded it, JSON bytes, for the recording).
+
+Backpressure: frames of an instance out of view are held and merged (``console/link/coalesce.py``: the newest
+GPU and process state, log lines merged and capped) and delivered together every ``HOLD_EVERY`` seconds, one
+paint of a large fleet; while the console has not read ``HIGH_WATER`` bytes already written, every instance's
+frames are held, so what waits for the console is bounded whatever the hosts send.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import pickle
 import signal
@@ -28,9 +36,12 @@ import sys
 from typing import Any
 
 from console.link.base import AgentLink, LinkError
+from console.link.coalesce import Coalescer
 from console.link.hostkeys import HostKeyOffer
 
 FLUSH_EVERY = 0.05  # seconds: frames wait at most this long, so one message carries many hosts' frames
+HOLD_EVERY = 1.0  # seconds: held frames of instances out of view go out this often (a large fleet's paint)
+HIGH_WATER = 1024 * 1024  # bytes written and not yet read by the console: past this, every instance is held
 HEADER = struct.Struct(">I")
 MAX_MESSAGE = 256 * 1024 * 1024
 
@@ -75,17 +86,26 @@ class Worker:
         self.links: dict[str, AgentLink] = {}
         self.outbox: list[tuple[Any, ...]] = []
         self._flush_at: asyncio.Handle | None = None
+        self._release_at: asyncio.Handle | None = None
         self.tasks: set[asyncio.Task[None]] = set()
+        self.view: frozenset[str] = frozenset()  # instances the operator sees: every frame, as it comes
+        self.tap = False  # a recording: every frame also as JSON ("rec")
+        self.held = Coalescer()
+        self.delivered = 0  # frames sent to the console
+        self.shown: set[str] = set()  # instances whose session's first GPU frame went out
 
     # -- out -----------------------------------------------------------------------------------------
     def _emit(self, event: tuple[Any, ...], urgent: bool) -> None:
         self.outbox.append(event)
         if urgent:
-            if self._flush_at is not None:
-                self._flush_at.cancel()
-            self._flush_at = asyncio.get_running_loop().call_soon(self.flush)
+            self._flush_soon()
         elif self._flush_at is None:
             self._flush_at = asyncio.get_running_loop().call_later(FLUSH_EVERY, self.flush)
+
+    def _flush_soon(self) -> None:
+        if self._flush_at is not None:
+            self._flush_at.cancel()
+        self._flush_at = asyncio.get_running_loop().call_soon(self.flush)
 
     def flush(self) -> None:
         self._flush_at = None
@@ -93,10 +113,59 @@ class Worker:
             batch, self.outbox = self.outbox, []
             self.out.write(pack(batch))
 
+    @property
+    def behind(self) -> bool:
+        """The console has not read what was written already: hold every instance's frames."""
+        return self.out.get_write_buffer_size() > HIGH_WATER
+
     def on_frame(self, name: str, frame: dict[str, Any]) -> None:
+        if self.tap:
+            data = json.dumps(frame, separators=(",", ":"), default=str).encode()
+            self._emit(("rec", name, data), urgent=False)
+        if (name in self.view or name not in self.shown) and not self.behind:
+            if frame.get("type") == "gpu":
+                self.shown.add(name)  # a session's first GPU frame goes at once: the header counts its GPUs
+            self._deliver(name, frame)
+        elif self.held.holds(frame):
+            self.held.add(name, frame)
+            if self._release_at is None:
+                self._release_at = asyncio.get_running_loop().call_later(HOLD_EVERY, self.release)
+        else:  # (an xid, a result): what the instance has held first, so its frames keep their order
+            self._deliver(name, frame)
+
+    def _deliver(self, name: str, frame: dict[str, Any]) -> None:
+        for earlier in self.held.take(name):
+            self._emit(("frame", name, earlier), urgent=False)
+            self.delivered += 1
         self._emit(("frame", name, frame), urgent=False)
+        self.delivered += 1
+
+    def release(self) -> None:
+        """The held frames go out (later while the console is behind)."""
+        self._release_at = None
+        if not len(self.held):
+            return
+        if self.behind:
+            self._release_at = asyncio.get_running_loop().call_later(FLUSH_EVERY, self.release)
+            return
+        for name, frame in self.held.take_all():
+            self.outbox.append(("frame", name, frame))
+            self.delivered += 1
+        self.flush()
+
+    def set_view(self, names: frozenset[str]) -> None:
+        """The instances in view now; one that came into view gets what it had held at once."""
+        came = [n for n in names - self.view if n in self.held.held]
+        self.view = names
+        for name in came:
+            for frame in self.held.take(name):
+                self.outbox.append(("frame", name, frame))
+                self.delivered += 1
+        if came:
+            self._flush_soon()
 
     def on_status(self, name: str, status: str, detail: str) -> None:
+        self.shown.discard(name)
         link = self.links.get(name)
         offer = offer_data(getattr(link, "host_key_offer", None))
         retry_at = getattr(link, "next_retry_at", None)
@@ -123,6 +192,10 @@ class Worker:
         elif kind == "retry":
             if (known := self.links.get(message[1])) is not None:
                 known.retry_now()
+        elif kind == "view":
+            self.set_view(frozenset(message[1]))
+        elif kind == "tap":
+            self.tap = bool(message[1])
         elif kind == "forget_offer":
             if (known := self.links.get(message[1])) is not None and hasattr(known, "host_key_offer"):
                 known.host_key_offer = None
@@ -161,6 +234,8 @@ class Worker:
         await asyncio.gather(*(link.stop() for link in links), return_exceptions=True)
         for task in list(self.tasks):
             task.cancel()
+        if self._release_at is not None:
+            self._release_at.cancel()
         self.flush()
 
 

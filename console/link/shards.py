@@ -8,6 +8,11 @@ dozen pickles a second instead of thousands of SSH packets, and spends its one t
 the screen. Each instance is a ``ShardedLink`` here, with the ``AgentLink`` surface the controller and the
 app use (status, events, ``request``, ``run_command``, ``retry_now``, host key offers).
 
+What the console cannot use yet is not sent: the pool tells its workers which instances are in view
+(``set_view``: the grid's panes, the open instance); a worker delivers their frames as they come and holds and
+merges the others' for a second (``console/link/coalesce.py``). A recording gets every frame anyway
+(``tap``): the worker sends each as JSON, written as it is, never applied.
+
 A worker that dies takes only its share down: those links show ``unreachable`` ("link worker exited: ...")
 and the pool starts a new worker for them a second later.
 """
@@ -22,7 +27,7 @@ import os
 import sys
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +152,11 @@ class _Worker:
         self.stderr: deque[str] = deque(maxlen=20)
         self.exited = asyncio.Event()
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"link-worker:{index}")
+        self.frames = 0  # frames received from the worker (tests, benches)
+        if pool.view:
+            self.send(("view", sorted(pool.view)))
+        if pool.tap is not None:
+            self.send(("tap", True))
 
     def send(self, message: tuple[Any, ...]) -> None:
         data = pack(message)
@@ -218,10 +228,15 @@ class _Worker:
         for event in batch:
             kind = event[0]
             if kind == "frame":
+                self.frames += 1
                 link = links.get(event[1])
                 if link is not None:
                     link.last_frame_at = now
                     link._on_frame(event[1], event[2])
+            elif kind == "rec":
+                tap = self.pool.tap
+                if tap is not None and event[1] in links:
+                    tap(event[1], event[2])
             elif kind == "status":
                 link = links.get(event[1])
                 if link is not None:
@@ -262,11 +277,26 @@ class _Worker:
 class ShardPool:
     """``size`` link workers; each new link goes to the one with the fewest."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, tap: Callable[[str, bytes], None] | None = None) -> None:
         self.size = max(1, size)
         self.workers: list[_Worker] = []
         self.closing = False
         self._respawns: set[asyncio.Task[None]] = set()
+        self.view: frozenset[str] = frozenset()
+        self.tap = tap  # (name, frame as JSON bytes) for every frame: a recording's
+
+    def set_view(self, names: Iterable[str]) -> None:
+        """The instances the operator sees now: their frames come as they arrive, the others' once a second."""
+        view = frozenset(names)
+        if view != self.view:
+            self.view = view
+            for worker in self.workers:
+                worker.send(("view", sorted(view)))
+
+    @property
+    def frames(self) -> int:
+        """Frames received from the workers so far."""
+        return sum(w.frames for w in self.workers)
 
     def link(self, instance: Instance, on_frame: FrameHandler, on_status: StatusHandler) -> ShardedLink:
         return ShardedLink(self, instance, on_frame, on_status)

@@ -273,6 +273,11 @@ class Monitoring:
             except Exception:
                 log.exception("monitoring tick failed")
 
+    def record_frame(self, name: str, data: bytes) -> None:
+        """A frame a link worker sent whole for the recording (JSON bytes): written as it is."""
+        if self.recorder is not None:
+            self.recorder.on_frame_json(name, data, self.state.clock())
+
     async def stop(self) -> None:
         self.state.forget_removed(self.state.clock())  # a reload just before: the recording says so too
         self.state.end_watch(self.state.clock())  # the watch sessions end here (the report's spend)
@@ -310,6 +315,8 @@ class MonitoredController(FleetController):
         self.monitoring = monitoring
         self._monitoring_started = False
         self.detail_on_demand = not (monitoring.metrics_at or monitoring.record_path)  # they want every stream
+        if monitoring.record_path is not None:  # link workers send the recording every frame (console/link/shards.py)
+            self.frame_tap = monitoring.record_frame
         if monitoring.history_path is not None:  # the UI's charts and timeline read it (console/core/control.py)
             from console.monitor.history import HistoryQueries
 

@@ -71,6 +71,7 @@ class Recorder:
         self._gz = gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=6)
         self._last_flush = 0.0
         self.lines = 0
+        self.tapped: set[str] = set()  # instances whose frames come whole from a link worker (``on_frame_json``)
         self._write({"k": "header", "format": FORMAT, "v": VERSION, "t": clock(), "fleet": fleet.source,
                      "instances": [instance_record(i) for i in fleet.instances]})
 
@@ -79,7 +80,15 @@ class Recorder:
         self.lines += 1
 
     def on_frame(self, name: str, frame: Any, now: float) -> None:
-        self._write({"t": now, "k": "frame", "n": name, "f": frame})
+        if name not in self.tapped:
+            self._write({"t": now, "k": "frame", "n": name, "f": frame})
+
+    def on_frame_json(self, name: str, data: bytes, now: float) -> None:
+        """Every frame of an instance whose link runs in a worker, as the worker encoded it (the state gets
+        them merged while out of view, the recording every one): written as it is, never decoded here."""
+        self.tapped.add(name)
+        self._gz.write(b'{"t":%s,"k":"frame","n":%s,"f":%s}\n' % (repr(now).encode(), json.dumps(name).encode(), data))
+        self.lines += 1
 
     def on_link(self, name: str, status: str, detail: str, now: float) -> None:
         self._write({"t": now, "k": "link", "n": name, "s": status, "d": detail})

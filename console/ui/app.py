@@ -240,8 +240,7 @@ class FleetApp(NoticeBoard, ScreenshotDelivery):
         if self.screen_stack:  # SSH on demand (console/core/on_demand.py): the open instance's session stays
             screen = self.screen
             self.controller.keep_open(screen.instance_name if isinstance(screen, InstanceScreen) else None)
-        tracker = self.detail
-        if tracker is None or not self.screen_stack or not self.screen_stack[0].is_mounted:
+        if not self.screen_stack or not self.screen_stack[0].is_mounted:
             return
         try:
             view = self.shown_view()
@@ -249,7 +248,11 @@ class FleetApp(NoticeBoard, ScreenshotDelivery):
             return
         on_screen = view.on_screen_names() if isinstance(view, FleetGrid) else table_on_screen(view)
         screen = self.screen
-        tracker.update(on_screen, screen.instance_name if isinstance(screen, InstanceScreen) else None)
+        opened = screen.instance_name if isinstance(screen, InstanceScreen) else None
+        # the link workers send these instances' frames as they come, the others' merged once a second
+        self.controller.set_view([*on_screen, opened] if opened else on_screen)
+        if self.detail is not None:
+            self.detail.update(on_screen, opened)
 
     def retry_at(self, name: str) -> Optional[float]:
         """When ``name``'s failing link tries again (``time.time()``), None when it is not waiting to."""

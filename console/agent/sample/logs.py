@@ -38,7 +38,7 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from ..wire.config import as_list, watch_dirs
 from ..wire.frames import log_frame
-from ..wire.loglines import BATCH_LINES, backlog_frame, batch_frames, clean_line, keep_partial
+from ..wire.loglines import BATCH_LINES, backlog_frame, batch_frames, clean_line, hold_frames, keep_partial
 from .logread import watched_entries
 
 DISCOVER_EVERY = 5.0
@@ -49,7 +49,6 @@ MISSING_FORGET = 60.0  # a discovered file missing this long is no longer follow
 READ_CHUNK = 1 << 20
 MAX_READ_PER_POLL = 8 << 20
 TAIL_MAX_BYTES = 2 << 20
-MAX_HELD_FRAMES = 16  # per file at detail "summary" (frames that cannot merge: events, bursts); oldest dropped
 
 
 class _File:
@@ -316,52 +315,3 @@ def _found_logs(dirs: List[Tuple[str, bool]]) -> List[Tuple[str, float]]:
             except OSError:
                 continue
     return out
-
-
-def hold_frames(held_by_path: Dict[str, List[Dict[str, Any]]], frames: List[Dict[str, Any]], cap: int) -> None:
-    """Add ``frames`` to ``held_by_path``: merged per file while the numbering runs on, at most ``cap`` lines
-    per file (the oldest become a skipped marker).  What the agent sends, in order, back at detail "full"."""
-    cap = max(1, cap)
-    for frame in frames:
-        held = held_by_path.setdefault(frame["path"], [])
-        last = held[-1] if held else None
-        cut = frame["first_line"] - last["first_line"] if last is not None else -1
-        if (last is not None and frame.get("event") is None and not frame.get("skipped")
-                and 0 <= cut <= len(last["lines"])):
-            last["lines"] = last["lines"][:cut] + frame["lines"]  # lines sent again (partial) replace theirs
-            last.pop("partial", None)
-            if frame.get("partial"):
-                last["partial"] = True
-        else:
-            held.append(dict(frame, lines=list(frame["lines"])))
-        _trim_held(held, cap)
-
-
-def _trim_held(held: List[Dict[str, Any]], cap: int) -> None:
-    """Cut a file's held frames to ``cap`` lines: the oldest lines become (or join) a skipped marker."""
-    while len(held) > MAX_HELD_FRAMES:
-        held.pop(0)
-    excess = sum(len(f["lines"]) - (1 if f.get("skipped") else 0) for f in held) - cap
-    i = 0
-    while excess > 0 and i < len(held):
-        f = held[i]
-        skipped = int(f.get("skipped") or 0)
-        body = f["lines"][1:] if skipped else f["lines"]
-        drop = min(excess, len(body))
-        if drop == 0:
-            i += 1
-            continue
-        excess -= drop
-        first = f["first_line"] + (1 if skipped else 0) + drop  # the first line kept
-        f["lines"] = ["[... %d lines skipped ...]" % (skipped + drop), *body[drop:]]
-        f["first_line"], f["skipped"] = first - 1, skipped + drop
-        nxt = held[i + 1] if i + 1 < len(held) else None
-        if (len(f["lines"]) == 1 and f.get("event") is None and nxt is not None and nxt.get("event") is None
-                and nxt.get("skipped")):
-            # nothing of it left but the marker: its count joins the next frame's marker (the same numbering)
-            n = int(nxt["skipped"]) + f["skipped"]
-            nxt["lines"][0] = "[... %d lines skipped ...]" % n
-            nxt["skipped"] = n
-            held.pop(i)
-            continue
-        i += 1

@@ -20,6 +20,7 @@ from .frames import log_frame
 PARTIAL_AFTER = 2.0
 BATCH_LINES = 500
 BATCH_CHARS = 64 * 1024
+MAX_HELD_FRAMES = 16  # per file while held (frames that cannot merge: events, bursts); oldest dropped
 
 
 def clean_line(raw: bytes, max_chars: int) -> str:
@@ -91,3 +92,53 @@ def keep_partial(f: Any, data: bytes, now: float, max_chars: int) -> None:
             data = data[cut + 1 :]
         data = data[:limit]
     f.partial = data
+
+
+def hold_frames(held_by_path: Dict[str, List[Dict[str, Any]]], frames: List[Dict[str, Any]], cap: int) -> None:
+    """Add ``frames`` to ``held_by_path``: merged per file while the numbering runs on, at most ``cap`` lines
+    per file (the oldest become a skipped marker).  What the agent sends, in order, back at detail "full";
+    a console link worker holds an instance out of view the same way (console/link/coalesce.py)."""
+    cap = max(1, cap)
+    for frame in frames:
+        held = held_by_path.setdefault(frame["path"], [])
+        last = held[-1] if held else None
+        cut = frame["first_line"] - last["first_line"] if last is not None else -1
+        if (last is not None and frame.get("event") is None and not frame.get("skipped")
+                and 0 <= cut <= len(last["lines"])):
+            last["lines"] = last["lines"][:cut] + frame["lines"]  # lines sent again (partial) replace theirs
+            last.pop("partial", None)
+            if frame.get("partial"):
+                last["partial"] = True
+        else:
+            held.append(dict(frame, lines=list(frame["lines"])))
+        _trim_held(held, cap)
+
+
+def _trim_held(held: List[Dict[str, Any]], cap: int) -> None:
+    """Cut a file's held frames to ``cap`` lines: the oldest lines become (or join) a skipped marker."""
+    while len(held) > MAX_HELD_FRAMES:
+        held.pop(0)
+    excess = sum(len(f["lines"]) - (1 if f.get("skipped") else 0) for f in held) - cap
+    i = 0
+    while excess > 0 and i < len(held):
+        f = held[i]
+        skipped = int(f.get("skipped") or 0)
+        body = f["lines"][1:] if skipped else f["lines"]
+        drop = min(excess, len(body))
+        if drop == 0:
+            i += 1
+            continue
+        excess -= drop
+        first = f["first_line"] + (1 if skipped else 0) + drop  # the first line kept
+        f["lines"] = ["[... %d lines skipped ...]" % (skipped + drop), *body[drop:]]
+        f["first_line"], f["skipped"] = first - 1, skipped + drop
+        nxt = held[i + 1] if i + 1 < len(held) else None
+        if (len(f["lines"]) == 1 and f.get("event") is None and nxt is not None and nxt.get("event") is None
+                and nxt.get("skipped")):
+            # nothing of it left but the marker: its count joins the next frame's marker (the same numbering)
+            n = int(nxt["skipped"]) + f["skipped"]
+            nxt["lines"][0] = "[... %d lines skipped ...]" % n
+            nxt["skipped"] = n
+            held.pop(i)
+            continue
+        i += 1
