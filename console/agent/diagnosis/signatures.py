@@ -228,7 +228,8 @@ SIGNATURES: List[Signature] = [
          r"|\bIncompleteRead\(\d+ bytes read|ContentTooShortError|ChunkedEncodingError|Connection broken: "
          r"|retrieval incomplete: got only"
          # TLS that never came up (wget/curl/OpenSSL), an HTTP fetch that timed out inside requests/urllib3
-         r"|Unable to establish SSL connection|SSL routines:.{0,80}(?:alert|fail|wrong version|unexpected eof)|SSL_connect\b.{0,40}error"
+         r"|Unable to establish SSL connection|SSL_connect\b.{0,40}error"
+         r"|SSL routines:.{0,80}(?:alert|fail|wrong version|unexpected eof)"
          r"|CERTIFICATE_VERIFY_FAILED|certificate verify failed"
          r"|HTTPS?ConnectionPool\(host=[^)]*\): Read timed out|ReadTimeoutError: HTTPS?ConnectionPool"
          r"|\bDownload aborted\b|\berrorCode=[1-9]\d* .{0,200}\b(?:Size mismatch|Network problem|Resource not found"
