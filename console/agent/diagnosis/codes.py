@@ -89,6 +89,9 @@ CODES: Dict[str, tuple] = {
     "gpu_xid": ("symptom", 33, "GPU Xid error", "the driver reported an Xid (often an application's GPU fault)"),
     "benchmark_not_running": ("symptom", 20, "benchmark not running", "no benchmark process is alive"),
     "waiting_on_child": ("symptom", 15, "entrypoint waiting", "the entrypoint waits on a child that does nothing"),
+    "pcie_degraded": ("symptom", 13, "PCIe link degraded",
+                      "a busy GPU's PCIe link runs below what the card and slot support (narrower, or generations "
+                      "slower): reseat the card or riser, check the slot and BIOS link settings"),
     "throttled": ("symptom", 12, "clocks throttled",
                   "GPU/CPU clocks are held down (thermal or power-brake slowdown): the job runs slow; check "
                   "cooling, fans and power"),

@@ -52,6 +52,10 @@ def health_step(facts: Dict[str, Any], items: List[Item], steps: List[Any]) -> N
                                   % (rows.get("corrected"), rows.get("uncorrected")))]))
             found += 1
         lines.extend("gpu%s %s" % (index, fact) for fact in _facts(h, now))
+        link = _degraded_link(d, h)
+        if link:  # a busy GPU on a link that trained low (a riser, a slot): it explains a slowdown
+            items.append(Item("pcie_degraded", "warning", "GPU %s PCIe link %s while busy (NVML)" % (index, link),
+                              [ev("gpu:%s" % index, None, "PCIe link %s" % link)]))
         held = [REASONS[r] for r in h.get("clock_events") or () if r in SLOWDOWNS]
         if held:  # a symptom-tier state: the job runs slower than it should (SW power cap is normal at full load)
             items.append(Item("throttled", "warning", "GPU %s clocks held down: %s (NVML)" % (index, ", ".join(held)),
@@ -71,6 +75,21 @@ def health_step(facts: Dict[str, Any], items: List[Item], steps: List[Any]) -> N
     steps.append(step("gpu_health", "problem" if found else "ok",
                       "%d NVML hardware finding%s" % (found, "" if found == 1 else "s") if found
                       else "NVML health: no ECC error, no fatal Xid", lines))
+
+
+def _degraded_link(device: Dict[str, Any], h: Dict[str, Any]) -> str:
+    """"gen 2 x16 of gen 5 x16" when a busy GPU's link is narrower than the card's, or two generations or more
+    slower (an idle link trains down to save power: not counted); "" otherwise."""
+    pcie = h.get("pcie") or {}
+    gen, top_gen, width, top_width = (pcie.get(k) for k in ("gen", "max_gen", "width", "max_width"))
+    util = device.get("util")
+    if not isinstance(util, (int, float)) or util < 50:
+        return ""
+    narrow = isinstance(width, int) and isinstance(top_width, int) and 0 < width < top_width
+    slow = isinstance(gen, int) and isinstance(top_gen, int) and 0 < gen <= top_gen - 2
+    if not (narrow or slow):
+        return ""
+    return "gen %s x%s of gen %s x%s" % (gen, width, top_gen, top_width)
 
 
 def _facts(h: Dict[str, Any], now: float) -> List[str]:

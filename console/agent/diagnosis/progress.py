@@ -48,6 +48,8 @@ PCT_AMOUNT_RATE_RE = re.compile(
     r"(\d{1,3}(?:\.\d+)?)\s?%[^\n%]{0,40}?\b([\d.]+\s?[KMGTPE]?i?B)\b[^\n%]{0,20}?[\d.]+\s?[KMGTPE]?i?B/s")
 # wget's dot meter (a log file, or --progress=dot): "  63932750K .......... .......... ...  55% 11.2M 5h43m"
 WGET_DOTS_RE = re.compile(r"^\s*(\d+)K(?:\s+[.,]{1,16}){1,12}\s+(\d{1,3})%\s+[\d.,]+[KMG]?")
+# a count of files fetched: TGI's "Download: [6/19] -- ETA: 0:15:29", "Downloading [3/8]"
+DOWNLOAD_COUNT_RE = re.compile(r"\b(?:download|fetch)\w*\W{0,3}\[(\d+)\s*/\s*(\d+)\]", re.IGNORECASE)
 DOWNLOAD_DESC_RE = re.compile(
     r"\.(?:safetensors|bin|gguf|params|pt|pth|ckpt|tar|gz|zip|json|vk|srs)\b|download|fetch", re.IGNORECASE)
 # the benchmark's own progress (``[benchmark] progress`` replaces it)
@@ -115,6 +117,10 @@ def parse(text: str, bench_re: Optional[Pattern[str]] = None) -> Optional[Sample
     if m and m.group(10)[:1].isdigit():
         pct = float(m.group(3))
         return Sample("download", m.group(4), pct, _hms(m.group(10)), pct >= 100.0)
+    m = DOWNLOAD_COUNT_RE.search(text) if "[" in text else None
+    if m and int(m.group(2)) > 0 and int(m.group(1)) <= int(m.group(2)):
+        done, total = int(m.group(1)), int(m.group(2))
+        return Sample("download", m.group(1), 100.0 * done / total, None, done == total)
     if "%" not in text:  # every other meter shows a percent; else only the benchmark's own progress can match
         rx = bench_re if bench_re is not None else _DEFAULT_RE
         if rx.pattern == DEFAULT_PROGRESS:

@@ -32,7 +32,7 @@ SIMULTANEOUS = 30.0  # seconds
 STARTUP_SYMPTOMS = frozenset(("benchmark_not_running", "waiting_on_child", "gpu_idle", "missing_input"))
 FINE = frozenset(("healthy", "starting", "finished"))
 # states of the host that no failure causes: never listed as caused by the verdict
-UNCAUSED = frozenset(("throttled",))
+UNCAUSED = frozenset(("throttled", "pcie_degraded"))
 
 
 def _level(item: Item) -> int:

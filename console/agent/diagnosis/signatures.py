@@ -158,6 +158,7 @@ SIGNATURES: List[Signature] = [
          r"|whoami-v2|AuthenticationFailed|Server failed to authenticate the request"
          r"|Your credentials are invalid|Reauthentication (?:failed|required)|invalid_grant"
          r"|credentials? (?:have|has) expired|The provided token has expired"
+         r"|token expired and there's no refresh token|couldn't fetch token|oauth2: cannot fetch token"
          # an SSH login refused (pdsh/mpirun/deepspeed reaching the other nodes), a registry or git server refusing
          r"|Permission denied \((?:publickey|password|keyboard-interactive|gssapi|hostbased)[\w,-]*\)"
          r"|unauthorized: (?:authentication required|incorrect username or password)|no basic auth credentials"
@@ -212,13 +213,16 @@ SIGNATURES: List[Signature] = [
          r"|E: Unable to locate package|E: Package '[^']*' has no installation candidate|E: Could not get lock"
          r"|E: Unable to acquire the dpkg frontend lock|E: Failed to fetch|E: Unable to fetch some archives"
          r"|E: Unable to correct problems|E: Sub-process /usr/bin/dpkg returned an error"
-         r"|dpkg: error processing package",
+         r"|dpkg: error processing package"
+         # NVIDIA's runfile installer (a driver/toolkit install)
+         r"|ERROR: Installation has failed|ERROR: An NVIDIA kernel module '[\w-]+' appears to be already loaded",
          "installing packages failed (pip could not build or find a wheel, conda could not solve, apt could not "
          "find a package or get the dpkg lock): fix the requirement/versions, use a prebuilt wheel, or retry later"),
     _sig("download_failed", "error",
          r"curl: \(\d+\)|Failed to download|download failed|requested URL returned error: \d+"
          r"|HTTP(?:/[\d.]+)? (?:401|403|404|5\d\d)\b|\b403 Forbidden\b|\b404 Not Found\b"
-         r"|Could not resolve host|wget: unable to resolve|\bERROR [45]\d\d: |Read error at byte \d+|Giving up\."
+         r"|Could not resolve host|wget: unable to resolve|dial tcp: lookup \S+(?: on \S+)?: no such host"
+         r"|RequestError: send request failed|\bERROR [45]\d\d: |Read error at byte \d+|Giving up\."
          r"|GatedRepoError|Cannot access gated repo|access to it at https://huggingface\.co|is restricted and you are"
          r"|RepositoryNotFoundError|Repository Not Found for url|RevisionNotFoundError|EntryNotFoundError"
          r"|\b401 Client Error|\b403 Client Error|\b404 Client Error|Max retries exceeded with url"
@@ -277,7 +281,8 @@ SIGNATURES: List[Signature] = [
          r"|goroutine \d+ \[running\]",
          "a Rust or Go program panicked", re.IGNORECASE | re.MULTILINE),
     _sig("segfault", "error",
-         r"Segmentation fault|segfault at|\bSIGSEGV\b|\bSIGBUS\b|^Bus error|exit (?:code|status) 139\b",
+         r"Segmentation fault|segfault at|(?<!\[signal )\bSIGSEGV\b|(?<!\[signal )\bSIGBUS\b|^Bus error"
+         r"|exit (?:code|status) 139\b",  # (Go's "[signal SIGSEGV: ..." is its panic's, a panic)
          "a process crashed with a memory fault"),
     _sig("killed", "error",
          r"^\s*Killed\s*$|line \d+:\s+\d+ Killed\b|signal: 9\b|\bSIGKILL\b|killed by signal 9"
