@@ -39,6 +39,12 @@ def test_a_count_of_files_downloaded_is_a_download_meter() -> None:
     assert sample is not None and sample.kind == "download" and sample.amount == "6" and not sample.done
 
 
+def test_an_amount_over_a_total_with_a_rate_is_a_download_meter_without_a_percent() -> None:
+    """tabby's meter (round 3's starting case): no percent, only sizes and a rate."""
+    sample = parse("   00:02:25 \u2595\u2588\u2588\u2588      \u258f 0.98 GiB/1.53 GiB  7.18 MiB/s  ETA 79s.")
+    assert sample is not None and sample.kind == "download" and round(sample.percent or 0) == 64 and not sample.done
+
+
 def busy_run(tmp_path: Path, util: int, pcie: Dict[str, int]) -> Dict[str, Any]:
     now = time.time()
     (tmp_path / "train.log").write_text("".join("step %d/5000 loss 2.1\n" % s for s in range(1, 60)))

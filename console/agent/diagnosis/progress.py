@@ -48,6 +48,10 @@ PCT_AMOUNT_RATE_RE = re.compile(
     r"(\d{1,3}(?:\.\d+)?)\s?%[^\n%]{0,40}?\b([\d.]+\s?[KMGTPE]?i?B)\b[^\n%]{0,20}?[\d.]+\s?[KMGTPE]?i?B/s")
 # wget's dot meter (a log file, or --progress=dot): "  63932750K .......... .......... ...  55% 11.2M 5h43m"
 WGET_DOTS_RE = re.compile(r"^\s*(\d+)K(?:\s+[.,]{1,16}){1,12}\s+(\d{1,3})%\s+[\d.,]+[KMG]?")
+# an amount over a total and a rate, no percent: tabby's "00:02:25 ▕█████▏ 0.98 GiB/1.53 GiB  7.18 MiB/s  ETA 79s."
+SIZED_RATE_RE = re.compile(
+    r"([\d.]+)\s?([KMGTPE]?)i?B\s*/\s*([\d.]+)\s?([KMGTPE]?)i?B\s+[\d.]+\s?[KMGTPE]?i?B/s")
+_SCALE = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
 # a count of files fetched: TGI's "Download: [6/19] -- ETA: 0:15:29", "Downloading [3/8]"
 DOWNLOAD_COUNT_RE = re.compile(r"\b(?:download|fetch)\w*\W{0,3}\[(\d+)\s*/\s*(\d+)\]", re.IGNORECASE)
 DOWNLOAD_DESC_RE = re.compile(
@@ -121,6 +125,16 @@ def parse(text: str, bench_re: Optional[Pattern[str]] = None) -> Optional[Sample
     if m and int(m.group(2)) > 0 and int(m.group(1)) <= int(m.group(2)):
         done, total = int(m.group(1)), int(m.group(2))
         return Sample("download", m.group(1), 100.0 * done / total, None, done == total)
+    m = SIZED_RATE_RE.search(text) if "/s" in text and "%" not in text else None
+    if m:
+        try:
+            done = float(m.group(1)) * _SCALE[m.group(2)]
+            total = float(m.group(3)) * _SCALE[m.group(4)]
+        except ValueError:
+            done = total = 0.0
+        if total > 0 and done <= total:
+            amount = "%s %sB" % (m.group(1), m.group(2))
+            return Sample("download", amount, 100.0 * done / total, None, done >= total)
     if "%" not in text:  # every other meter shows a percent; else only the benchmark's own progress can match
         rx = bench_re if bench_re is not None else _DEFAULT_RE
         if rx.pattern == DEFAULT_PROGRESS:
