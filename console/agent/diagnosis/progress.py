@@ -123,18 +123,18 @@ def parse(text: str, bench_re: Optional[Pattern[str]] = None) -> Optional[Sample
         return Sample("download", m.group(4), pct, _hms(m.group(10)), pct >= 100.0)
     m = DOWNLOAD_COUNT_RE.search(text) if "[" in text else None
     if m and int(m.group(2)) > 0 and int(m.group(1)) <= int(m.group(2)):
-        done, total = int(m.group(1)), int(m.group(2))
-        return Sample("download", m.group(1), 100.0 * done / total, None, done == total)
+        files, of = int(m.group(1)), int(m.group(2))
+        return Sample("download", m.group(1), 100.0 * files / of, None, files == of)
     m = SIZED_RATE_RE.search(text) if "/s" in text and "%" not in text else None
     if m:
         try:
-            done = float(m.group(1)) * _SCALE[m.group(2)]
-            total = float(m.group(3)) * _SCALE[m.group(4)]
+            have = float(m.group(1)) * _SCALE[m.group(2)]
+            size = float(m.group(3)) * _SCALE[m.group(4)]
         except ValueError:
-            done = total = 0.0
-        if total > 0 and done <= total:
+            have = size = 0.0
+        if size > 0 and have <= size:
             amount = "%s %sB" % (m.group(1), m.group(2))
-            return Sample("download", amount, 100.0 * done / total, None, done >= total)
+            return Sample("download", amount, 100.0 * have / size, None, have >= size)
     if "%" not in text:  # every other meter shows a percent; else only the benchmark's own progress can match
         rx = bench_re if bench_re is not None else _DEFAULT_RE
         if rx.pattern == DEFAULT_PROGRESS:
