@@ -257,14 +257,8 @@ class WebhookSender:
 
     async def close(self, grace: float = 2.0) -> None:
         """Give queued notifications ``grace`` seconds (a resolved alert at shutdown), then stop."""
-        deadline = time.monotonic() + grace
-        while self.queue and time.monotonic() < deadline and self._task is not None and not self._task.done():
-            await asyncio.sleep(0.05)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
+        await drain_then_cancel(self.queue, self._task, grace)
+        self._task = None
 
 
 class WebhookRedirected(Exception):
@@ -276,7 +270,24 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None  # urllib then raises the 3xx as an HTTPError, which _post names
 
 
-_OPENER = urllib.request.build_opener(_NoRedirect)
+NO_REDIRECTS = urllib.request.build_opener(_NoRedirect)  # every outgoing POST of the monitor (alerts, notify)
+
+
+def redirect_refused(url: str, exc: urllib.error.HTTPError) -> str:
+    """What a 3xx answer to a POST to ``url`` says: where it pointed (its origin only), and that it was not followed."""
+    where = url_origin(urllib.parse.urljoin(url, exc.headers.get("Location") or "")) or "nowhere"
+    return f"redirect to {where} not followed (redirects never are)"
+
+
+async def drain_then_cancel(queue: Any, task: asyncio.Task[None] | None, grace: float) -> None:
+    """Give ``task`` up to ``grace`` seconds to empty ``queue`` (a resolve sent at shutdown), then cancel it."""
+    deadline = time.monotonic() + grace
+    while queue and time.monotonic() < deadline and task is not None and not task.done():
+        await asyncio.sleep(0.05)
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
 
 
 def _post(url: str, body: bytes, auth: str | None = None) -> None:
@@ -285,14 +296,14 @@ def _post(url: str, body: bytes, auth: str | None = None) -> None:
         headers["Authorization"] = auth
     request = urllib.request.Request(url, data=body, method="POST", headers=headers)
     try:
-        with _OPENER.open(request, timeout=POST_TIMEOUT) as response:  # http(s) only: the schema checks the URL
+        with NO_REDIRECTS.open(request, timeout=POST_TIMEOUT) as response:  # http(s) only: the schema checks it
             response.read(65536)
     except urllib.error.HTTPError as exc:
         if not 300 <= exc.code < 400:
             raise
-        where = url_origin(urllib.parse.urljoin(url, exc.headers.get("Location") or "")) or "nowhere"
+        note = f"HTTP {exc.code} {redirect_refused(url, exc)}"
         exc.close()
-        raise WebhookRedirected(f"HTTP {exc.code} redirect to {where} not followed (redirects never are)") from None
+        raise WebhookRedirected(note) from None
 
 
 class AlertEngine:

@@ -24,11 +24,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from email.message import EmailMessage
-from typing import Any
 
-from console.core.text_safety import one_line, url_origin
+from console.core.text_safety import one_line
 from console.inventory.secrets import redact
-from console.monitor.alerts import split_userinfo
+from console.monitor.alerts import NO_REDIRECTS, drain_then_cancel, redirect_refused, split_userinfo
 from console.notify.message import Message
 from console.notify.sinks import RENDER, Request, Sink
 from console.notify.sinks import email as render_email
@@ -57,14 +56,6 @@ class Answer:
         return f"{self.status} {self.text}".strip()
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: Any) -> None:
-        return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirect)
-
-
 def retry_after(value: str | None) -> float | None:
     """``Retry-After``: seconds, or an HTTP date (None: not given or not understood)."""
     if not value:
@@ -86,7 +77,7 @@ def post(request: Request, timeout: float = TIMEOUT) -> Answer:
         headers["Authorization"] = auth
     req = urllib.request.Request(target, data=request.body, method="POST", headers=headers)
     try:
-        with _OPENER.open(req, timeout=timeout) as response:
+        with NO_REDIRECTS.open(req, timeout=timeout) as response:
             text = response.read(2048).decode("utf-8", "replace")
             return Answer(True, f"HTTP {response.status}", redact(one_line(text, 300)))
     except urllib.error.HTTPError as exc:
@@ -96,8 +87,7 @@ def post(request: Request, timeout: float = TIMEOUT) -> Answer:
         code = exc.code
         after = retry_after(exc.headers.get("Retry-After")) if exc.headers else None
         if 300 <= code < 400:
-            where = url_origin(urllib.parse.urljoin(target, exc.headers.get("Location") or "")) or "nowhere"
-            text = f"redirect to {where} not followed (redirects never are)"
+            text = redirect_refused(target, exc)
         exc.close()
         return Answer(False, f"HTTP {code}", redact(one_line(text, 300)), retry=code == 429 or code >= 500,
                       retry_after=after)
@@ -212,11 +202,5 @@ class Outbox:
 
     async def close(self, grace: float = 2.0) -> None:
         """Give queued messages ``grace`` seconds (a resolve at shutdown), then stop."""
-        deadline = time.monotonic() + grace
-        while self.queue and time.monotonic() < deadline and self._task is not None and not self._task.done():
-            await asyncio.sleep(0.05)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
+        await drain_then_cancel(self.queue, self._task, grace)
+        self._task = None
