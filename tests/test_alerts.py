@@ -17,16 +17,15 @@ from typing import Any
 
 import pytest
 
-from console.inventory import BenchmarkSpec, ConfigError, Fleet, load_fleet
+from console.inventory import BenchmarkSpec, Fleet
 from console.inventory.schema import AlertSpec
 from console.monitor import alerts as alerts_mod
 from console.monitor.alerts import AlertEngine, fleet_alerts
 from console.monitor.monitoring import MonitoredController, Monitoring
+from tests.support.fleet_text import error, load
 from tests.support.sshd import Sshd, ssh_instance
 from tests.support.wait import until
 from tests.test_serve import bench_process  # noqa: F401 (a fixture)
-
-HEAD = '[[instance]]\nname = "a"\nhost = "h"\n\n'
 
 
 class Receiver:
@@ -80,17 +79,6 @@ def receiver() -> Iterator[Receiver]:
 
 # -- the fleet file ---------------------------------------------------------------------------------------
 
-
-def load(tmp_path: Path, text: str) -> Fleet:
-    path = tmp_path / "fleet.toml"
-    path.write_text(HEAD + text)
-    return load_fleet(path)
-
-
-def error(tmp_path: Path, text: str) -> str:
-    with pytest.raises(ConfigError) as info:
-        load(tmp_path, text)
-    return str(info.value).replace(str(tmp_path / "fleet.toml"), "F")
 
 
 def test_an_alert_row_becomes_a_rule(tmp_path: Path) -> None:

@@ -11,17 +11,16 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from console.core.state import FleetState
-from console.inventory import ConfigError, Instance, load_fleet
+from console.inventory import Instance
 from console.notify.dispatch import Notifier
+from tests.support.fleet_text import error, load
 from tests.support.standins import HttpStandIn, Post, SmtpStandIn, sink_rows, standins
 from tests.support.wait import until
 
-HEAD = '[[instance]]\nname = "a"\nhost = "h"\n\n'
 HTTP_SINKS = {"ntfy": "/ntfy/", "slack": "/slack", "discord": "/discord", "telegram": "/tg/bot123:abc/sendMessage",
               "webhook": "/hook"}
 
@@ -30,17 +29,6 @@ HTTP_SINKS = {"ntfy": "/ntfy/", "slack": "/slack", "discord": "/discord", "teleg
 def stands() -> Iterator[tuple[HttpStandIn, SmtpStandIn]]:
     yield from standins()
 
-
-def load(tmp_path: Path, text: str) -> Any:
-    path = tmp_path / "fleet.toml"
-    path.write_text(HEAD + text)
-    return load_fleet(path)
-
-
-def error(tmp_path: Path, text: str) -> str:
-    with pytest.raises(ConfigError) as info:
-        load(tmp_path, text)
-    return str(info.value).replace(str(tmp_path / "fleet.toml"), "F")
 
 
 @pytest.mark.parametrize(("text", "expected"), [
