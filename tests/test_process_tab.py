@@ -219,3 +219,38 @@ def test_the_signal_op_checks_the_start_time_and_protected_pids(work: Workload) 
     result = OPS["signal"](None, {"pid": pid, "signal": "KILL", "start_time": start})  # type: ignore[arg-type]
     assert result == {"pid": pid, "signal": "KILL", "sent": True, "alive_after": False}
     assert work.big.wait(timeout=30) == -9
+
+
+async def test_the_cursor_stays_on_its_process_when_rows_above_it_go_between_refreshes() -> None:
+    """Two updates before a refresh, each dropping a process above the selected one (another tenant's sshd
+    sessions ending): the cursor ends on the process it was on, not on the row that slid under it, and what
+    an action would act on is that process all along."""
+    from textual.app import App, ComposeResult
+
+    def rec(pid: int, ppid: int, name: str) -> dict:
+        return {"pid": pid, "ppid": ppid, "name": name, "cmdline": name, "state": "S", "cpu": 0.0, "rss": 1 << 20}
+
+    class One(App[None]):
+        def compose(self) -> ComposeResult:
+            yield ProcessTree(id="tree")
+
+    procs = {pid: rec(pid, 1, name) for pid, name in ((200, "sshd-a"), (300, "sshd-b"), (500, "bench"),
+                                                       (600, "cron"), (700, "getty"))}
+    procs[1] = rec(1, 0, "init")
+    procs[501] = rec(501, 500, "worker")
+    app = One()
+    async with app.run_test(size=(100, 20)) as pilot:
+        tree = app.query_one(ProcessTree)
+        tree.update_procs(dict(procs))
+        await pilot.pause()
+        tree.move_cursor(tree._pt_nodes[501], animate=False)
+        await pilot.pause()
+        assert tree.selected()["pid"] == 501
+        del procs[200]
+        tree.update_procs(dict(procs))
+        del procs[300]
+        tree.update_procs(dict(procs))
+        assert tree.selected()["pid"] == 501  # what an action on the selection would act on, before the refresh
+        await pilot.pause()
+        await pilot.pause()
+        assert tree.cursor_node is not None and tree.cursor_node.data == 501
