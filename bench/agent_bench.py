@@ -1,10 +1,10 @@
 """Agent cost benchmark: CPU per sample, RSS and wire bytes with 500 extra idle processes and 8 simulated GPUs.
 
 Runs the real agent (``python -m console.agent``) at 1 Hz against the whole host's process table, once per
-process backend (psutil, /proc), after a warm-up of 30 samples (idle processes settle into their slowest reading
+process backend (psutil, /proc), after a warm-up of 130 samples (idle processes settle into their slowest reading
 period), and compares with the per-poll way: one agent sample done by a fresh ``python3 -c`` per sample (the
 agent's own GPU and process samplers run once, frames written to stdout: ``same_work_poll``); a psutil snapshot of
-the process table alone (less work: no GPUs, no wchan) is measured as a reference too.  Takes about 2.5 min, plus
+the process table alone (less work: no GPUs, no wchan) is measured as a reference too.  Takes about 6 min, plus
 ~15 s for the over-SSH part.
 
 The per-poll way is measured twice.  Locally: the ``python3 -c`` run here, with no SSH (its CPU from
@@ -362,8 +362,9 @@ def main() -> int:
     parser.add_argument(
         "--warmup",
         type=int,
-        default=30,
-        help="samples before the measured ones: idle processes settle into their slowest reading period in ~20 s",
+        default=130,
+        help="samples before the measured ones: an idle process is read every ~10 s after ~15 s and every ~20 s "
+        "after ~2 min (its slowest period)",
     )
     parser.add_argument("--extra", type=int, default=500, help="idle sleep processes to add to the host")
     parser.add_argument("--backends", type=names, default="psutil,proc")

@@ -369,15 +369,20 @@ def _readings(sampler, pid, seconds, pace=0.02):
 def test_a_process_idle_for_long_is_read_less_often(children, monkeypatch):
     monkeypatch.setattr(procs_mod, "HOT_NEW", 0.0)
     monkeypatch.setattr(procs_mod, "COLD_PERIOD", 0.25)
-    monkeypatch.setattr(procs_mod, "DORMANT_PERIOD", 1.0)
+    monkeypatch.setattr(procs_mod, "DORMANT_PERIOD", 0.5)
+    monkeypatch.setattr(procs_mod, "ASLEEP_AFTER", 6)
+    monkeypatch.setattr(procs_mod, "ASLEEP_PERIOD", 1.25)
     child = children(["sleep", "300"])
     time.sleep(0.3)  # past its start-up
     sampler = ProcSampler({"proc_root": child.pid}, backend="proc")
-    readings = _readings(sampler, child.pid, 4.5)
-    cold = [b[0] - a[0] for a, b in itertools.pairwise(readings) if a[1] < procs_mod.DORMANT_AFTER]
-    dormant = [b[0] - a[0] for a, b in itertools.pairwise(readings) if a[1] >= procs_mod.DORMANT_AFTER]
+    readings = _readings(sampler, child.pid, 6.5)
+    gaps = [(a[1], b[0] - a[0]) for a, b in itertools.pairwise(readings)]
+    cold = [gap for unchanged, gap in gaps if unchanged < procs_mod.DORMANT_AFTER]
+    dormant = [gap for unchanged, gap in gaps if procs_mod.DORMANT_AFTER <= unchanged < procs_mod.ASLEEP_AFTER]
+    asleep = [gap for unchanged, gap in gaps if unchanged >= procs_mod.ASLEEP_AFTER]
     assert cold and max(cold) < 0.45, readings  # ~0.25 s apart (0.15-0.35, staggered)
-    assert len(dormant) >= 2 and min(dormant) > 0.55, readings  # ~1 s apart (0.6-1.4) once idle for long
+    assert dormant and min(dormant) > 0.25 and max(dormant) < 0.8, readings  # ~0.5 s apart (0.3-0.7)
+    assert len(asleep) >= 2 and min(asleep) > 0.7, readings  # ~1.25 s apart (0.75-1.75) once idle for long
 
 
 def test_a_dormant_parent_is_read_when_a_child_comes_and_goes(children, monkeypatch):

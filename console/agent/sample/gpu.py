@@ -5,6 +5,9 @@ an error that means the device itself is gone raises ``DeviceError`` so that one
 the others go on.  A machine without the driver (library not found, driver not loaded, pynvml not importable)
 is state ``no_gpu``: one frame, then at most one a minute.
 
+The fan and the memory clock move slowly: they are read every ``SLOW_FIELDS_EVERY`` s (and for full frames and
+a diagnosis's fresh sample), the last reading repeated between; the rest is read every sample.
+
 Frames stay small: the static fields (name, uuid, mem_total, power_limit, and the frame's ``driver``
 and ``simulated``) travel only in ``full`` frames (the first one, every 60 s, and when a device comes
 back).  In the other frames of state ``ok`` a healthy device's record leaves out what a consumer already
@@ -63,6 +66,7 @@ from .nvml import (
 
 # The frame rules (FULL_EVERY, LOST_RETRY, ...) are shared with agentless mode (wire/frames.py); LOST_RETRY is
 # read as this module's global (a test shortens it).
+SLOW_FIELDS_EVERY = 5.0  # seconds between readings of the fan and the memory clock (they move slowly)
 POWER_WINDOW = 60  # samples of (util, power) kept per device for the diagnosis
 BUSY_UTIL = 90  # % at or above which a sample counts toward the card's busy draw
 
@@ -89,6 +93,9 @@ class _Device:
         # to tell "util pinned at 100 % with power far below its busy draw" (a stuck collective)
         self.power_window: Deque[Tuple[Optional[int], Optional[float]]] = deque(maxlen=POWER_WINDOW)
         self.busy_power: Optional[float] = None
+        self.slow_at = -1e9  # when the fan and the memory clock were last read (monotonic)
+        self.fan: Any = None
+        self.mem_clock: Any = None
 
 
 class GpuSampler:
@@ -343,7 +350,11 @@ class GpuSampler:
         clock_sm = getattr(mod, "NVML_CLOCK_SM", 1)
         clock_mem = getattr(mod, "NVML_CLOCK_MEM", 2)
         sm = nvml.call("nvmlDeviceGetClockInfo", dev.handle, clock_sm)
-        memclk = nvml.call("nvmlDeviceGetClockInfo", dev.handle, clock_mem)
+        now = time.monotonic()
+        if static_too or self.fresh or now - dev.slow_at >= SLOW_FIELDS_EVERY:
+            dev.slow_at = now
+            dev.mem_clock = nvml.call("nvmlDeviceGetClockInfo", dev.handle, clock_mem)
+            dev.fan = self._q(dev, "nvmlDeviceGetFanSpeed")
         raw_procs = None if "procs" in dev.unsupported else nvml.compute_processes(dev.handle)
         if raw_procs is None:
             dev.unsupported.add("procs")
@@ -362,14 +373,14 @@ class GpuSampler:
             temp=as_int(self._q(dev, "nvmlDeviceGetTemperature", getattr(mod, "NVML_TEMPERATURE_GPU", 0))),
             power=as_watts(self._q(dev, "nvmlDeviceGetPowerUsage")),
             sm_clock=as_int(sm),
-            mem_clock=as_int(memclk),
-            fan=as_int(self._q(dev, "nvmlDeviceGetFanSpeed")),
+            mem_clock=as_int(dev.mem_clock),
+            fan=as_int(dev.fan),
             procs=procs,
         )
         if mig is not None:
             record["mig"] = mig
         if self.health is not None:
-            health = self.health.read(dev.handle, dev.health, time.monotonic(), force_slow=self.fresh)
+            health = self.health.read(dev.handle, dev.health, now, force_slow=self.fresh)
             if health is not None:
                 record["health"] = health
         util_now, power_now = record["util"], record["power"]

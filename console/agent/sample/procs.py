@@ -14,7 +14,9 @@ Cost: a process is re-read every sample while it is "hot" (used CPU in its last 
 or in disk sleep, is new, holds GPU memory, or its parent just exited); an idle sleeping process is
 re-read about every ``COLD_PERIOD`` seconds (staggered), and one that found nothing new in
 ``DORMANT_AFTER`` readings in a row (it did not run for ~15 s) about every ``DORMANT_PERIOD`` seconds,
-so 500 idle ``sleep`` processes cost ~50 readings a sample instead of 500.  A process is also re-read
+and one that did not run for ``ASLEEP_AFTER`` readings (about two minutes) every ``ASLEEP_PERIOD`` s, so
+500 idle ``sleep`` processes cost ~25 readings a sample instead of 500.  A process on a GPU is read every
+sample whatever its past, so the benchmark's daemon never waits for its turn.  A process is also re-read
 (with its wchan) at the next sample when a child of it appears or goes away: it forked, or it reaps.
 Kernel threads are left out (and read every ``OUTSIDE_PERIOD``).
 What one sample costs on top of, and inside, those readings:
@@ -54,6 +56,8 @@ from .procreader import ProcReader, Starved
 COLD_PERIOD = 5.0  # seconds between readings of an idle sleeping process
 DORMANT_PERIOD = 10.0  # ... and of one whose last DORMANT_AFTER readings found nothing new
 DORMANT_AFTER = 3
+ASLEEP_PERIOD = 20.0  # ... and of one whose last ASLEEP_AFTER readings found nothing new (idle ~2 min)
+ASLEEP_AFTER = 12
 HOT_NEW = 10.0  # a process is hot for this many seconds after it appears
 OUTSIDE_PERIOD = 30.0  # processes outside proc_root's subtree (for ppid changes / pid reuse)
 LIST_EVERY = 30.0  # /proc is listed at least this often even when /proc/loadavg says nothing changed
@@ -255,7 +259,12 @@ class ProcSampler:
         hot = (e.cpu or 0.0) > 0.0 or e.state in ("R", "D") or now - e.first_seen < HOT_NEW
         if hot:
             return 0.0
-        period = DORMANT_PERIOD if e.unchanged >= DORMANT_AFTER else COLD_PERIOD
+        if e.unchanged >= ASLEEP_AFTER:
+            period = ASLEEP_PERIOD
+        elif e.unchanged >= DORMANT_AFTER:
+            period = DORMANT_PERIOD
+        else:
+            period = COLD_PERIOD
         return now + period * (0.6 + 0.8 * self._random())  # staggered over 0.6-1.4 periods
 
     def _frame(
