@@ -734,10 +734,11 @@ def _descendants(roots: list[int]) -> list[int]:
 def run_corpus(
     incidents: list[Incident], workdir: Path, progress: Any = None, workers: int | None = None
 ) -> list[Outcome]:
-    """Run every incident against one sshd, in corpus order; ``progress(outcome)`` is called after each.
+    """Run every incident against one sshd; outcomes in corpus order; ``progress(outcome)`` is called after each.
 
     With PID namespaces (root) several incidents run at once (``workers``, default 3): each agent sees
-    only its own incident's processes. Without, one at a time.
+    only its own incident's processes; the ones that wait longest (``settle``) start first, so that a long
+    wait overlaps the short cases instead of ending the run alone. Without, one at a time.
     """
     with Runner(workdir) as runner:
         n = 1 if not runner.isolate else (workers or 3)
@@ -750,8 +751,10 @@ def run_corpus(
 
         if n <= 1:
             return [one(i) for i in incidents]
+        order = sorted(range(len(incidents)), key=lambda k: -float(incidents[k].spec.get("settle", 0.3)))
         with ThreadPoolExecutor(max_workers=n) as pool:
-            return list(pool.map(one, incidents))
+            futures = {k: pool.submit(one, incidents[k]) for k in order}
+            return [futures[k].result() for k in range(len(incidents))]
 
 
 # -- scoring ---------------------------------------------------------------------------------------------
