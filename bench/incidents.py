@@ -2,13 +2,15 @@
 processes, fake NVML and dmesg, a real sshd on 127.0.0.1, the real ``fleet-console diagnose --json``).
 
     .venv/bin/python bench/incidents.py [--only SLUG ...] [--workers N] [--json FILE] [--write-baseline]
-                                        [--corpus DIR]
+                                        [--corpus DIR ... | --whole]
 
 Prints one row per incident (expected verdict, the verdict given, right or not, the expected evidence line
 present or not) and the totals: right %, failures called healthy, healthy/finished runs called failures.
 ``--write-baseline`` rewrites tests/fixtures/incidents/BASELINE.txt with the incidents answered right now
 (tests/test_incidents.py keeps those right). ``--corpus DIR`` replays another folder of incidents in the same
-format instead (a blind round: tests/fixtures/incidents-blind/round-N, docs/diagnosis.md).
+format instead (a blind round: tests/fixtures/incidents-blind/round-N, docs/diagnosis.md); several folders run
+in one pass. ``--whole``: ours and every blind round in one pass (what tests/test_incidents.py scores in CI),
+with a total per folder and for the whole corpus.
 """
 
 from __future__ import annotations
@@ -30,13 +32,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=None, help="incidents at once (default 3, 1 without root)")
     parser.add_argument("--json", metavar="FILE", help="also write every outcome (with the diagnosis) as JSON")
     parser.add_argument("--write-baseline", action="store_true", help="rewrite BASELINE.txt from this run")
-    parser.add_argument("--corpus", type=Path, default=CORPUS, metavar="DIR",
-                        help="the folder of incidents (default tests/fixtures/incidents)")
+    parser.add_argument("--corpus", type=Path, nargs="+", default=[CORPUS], metavar="DIR",
+                        help="the folders of incidents (default tests/fixtures/incidents)")
+    parser.add_argument("--whole", action="store_true",
+                        help="ours and every tests/fixtures/incidents-blind/round-N in one pass")
     args = parser.parse_args(argv)
-    if args.write_baseline and args.corpus.resolve() != CORPUS.resolve():
-        parser.error("--write-baseline is the default corpus's baseline: not with --corpus")
+    if args.whole:
+        args.corpus = [CORPUS, *sorted((CORPUS.parent / "incidents-blind").glob("round-*"))]
+    if args.write_baseline and [c.resolve() for c in args.corpus] != [CORPUS.resolve()]:
+        parser.error("--write-baseline is the default corpus's baseline: not with --corpus or --whole")
 
-    incidents = load_incidents(args.corpus, only=args.only)
+    folders = [(folder, load_incidents(folder, only=args.only)) for folder in args.corpus]
+    incidents = [i for _, found in folders for i in found]
     if not incidents:
         print("no incidents found", file=sys.stderr)
         return 2
@@ -49,6 +56,13 @@ def main(argv: list[str] | None = None) -> int:
             progress=lambda o: print(f"  {o.slug}: {o.got or o.skipped or o.error}", file=sys.stderr, flush=True),
         )
     print(table(outcomes))
+    if len(folders) > 1:
+        at = 0
+        for folder, found in folders:
+            part = score(outcomes[at:at + len(found)])
+            at += len(found)
+            print(f"{folder.name}: {part.right}/{part.total} right ({part.right_pct:.1f} %), failures called "
+                  f"healthy {len(part.false_healthy)}, fine runs called failures {len(part.false_alarms)}")
     print(f"({len(incidents)} incidents in {time.monotonic() - started:.0f} s)")
     if args.json:
         Path(args.json).write_text(
