@@ -113,6 +113,8 @@ CASES = [
     ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
      "NVIDIA driver is installed and running.", "no_gpu_driver"),
     ("RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU", "no_gpu_driver"),
+    ('docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].',
+     "container_runtime_missing"),
     ("Failed to initialize NVML: Driver/library version mismatch", "driver_mismatch"),
     ("RuntimeError: The NVIDIA driver on your system is too old (found version 11040).", "driver_mismatch"),
     ("CUDA error: 35 (0x23) cudaErrorInsufficientDriver : CUDA driver version is insufficient for CUDA runtime "

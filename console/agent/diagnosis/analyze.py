@@ -18,7 +18,7 @@ from ..wire.wording import code_words, plural
 from . import codes, rank, signatures
 from .completion import last_words, words_start
 from .events import PERSISTENT, SEVERITY_LEVEL, Episode, kernel_episodes, log_episodes
-from .liveness import Liveness, assess, building, building_line, loading
+from .liveness import CPU_MOVING, Liveness, assess, building, building_line, loading, loading_words
 from .motion import DOWNLOADING_RE, slowdown, stalls, warnings_while_working
 from .named_cause import causes_named_by_the_failure
 from .nvmlhealth import health_step
@@ -337,6 +337,8 @@ def still_loading(facts: Dict[str, Any], progress: Dict[str, LogProgress], procs
     stall = float(facts.get("stall_seconds") or DEFAULTS["stall_seconds"])
     logs = {log["path"]: log for log in facts.get("logs") or [] if not log.get("error")}
     found = loading(progress, logs, stall)
+    if found is None and not progress and live.cpu is not None and live.cpu >= CPU_MOVING:
+        found = loading_words(logs, now_of(facts), stall)  # no meter: its last words say it builds, CPU busy
     if found is not None:
         line, path, at = found
         steps.append(step("loading", "info", "still loading: %s" % line))

@@ -1,6 +1,7 @@
 """The verdict codes: label, explanation, and where each stands in the causal ranking.
 
-Tiers: ``hardware`` faults (a lost, failing or miscomputing GPU, no or mismatched driver) explain everything
+Tiers: ``hardware`` faults (a lost, failing or miscomputing GPU, no or mismatched driver, no container GPU
+runtime) explain everything
 on the host; ``cause`` codes are root causes, ranked by time (the earliest explains the later ones): the
 storage and limits of the host (I/O errors, storage not answering, resource limits) rank above what they
 make fail, the setup causes (credentials, versions, libraries, installs) above the crashes and wrappers they
@@ -29,6 +30,9 @@ CODES: Dict[str, tuple] = {
                       "the NVIDIA driver is not loaded or the container cannot see the GPUs"),
     "driver_mismatch": ("hardware", 96, "driver mismatch",
                         "the NVIDIA driver is too old for the CUDA runtime, or was upgraded under a loaded module"),
+    "container_runtime_missing": ("hardware", 95, "container GPU runtime missing",
+                                  "the container runtime cannot give containers a GPU (NVIDIA Container Toolkit "
+                                  "missing or not registered with docker/containerd); the host driver may be fine"),
     "host_oom_kill": ("cause", 95, "host out of memory (kernel OOM kill)",
                       "the kernel OOM killer killed a process: the host ran out of RAM"),
     "host_memory_exhausted": ("cause", 94, "host out of memory (allocation failed)",
@@ -49,11 +53,13 @@ CODES: Dict[str, tuple] = {
     "resource_limit": ("cause", 88, "resource limit reached",
                        "a per-process limit was hit (open files, threads/processes): raise ulimit -n/-u or the "
                        "container's limits, or use fewer workers"),
-    "permission_denied": ("cause", 87, "permission denied",
-                          "a file or directory could not be opened or written (owner/mode)"),
-    "credentials_refused": ("cause", 86, "credentials refused",
+    # a storage client turns a refused credential into a PermissionError (s3fs: ExpiredToken, AccessDenied): the
+    # credential is the cause when both are reported together
+    "credentials_refused": ("cause", 87, "credentials refused",
                             "the storage or model hub refused the key/token (unknown, expired, no access): fix "
                             "the credentials; retrying does not help"),
+    "permission_denied": ("cause", 86, "permission denied",
+                          "a file or directory could not be opened or written (owner/mode)"),
     "version_mismatch": ("cause", 85, "version mismatch",
                          "a library, extension or wheel was built for other versions than those installed "
                          "(torch, CUDA, numpy, the GPU, the model format): install matching versions or rebuild"),

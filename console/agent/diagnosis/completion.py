@@ -70,13 +70,19 @@ COMPLETION: List[Pattern[str]] = [re.compile(p, _I) for p in (
     r"\bverification (?:status|result)\s*[:=]\s*(?:true|ok|passed|success|valid)\b",
     # the last save says so: torchtune's "has been saved successfully", "checkpoint saved successfully"
     r"\b(?:has been|have been|was|were) saved successfully\b|\bsaved successfully\b",
+    # an install check's verdict: "PaddlePaddle is installed successfully!", "installation successful"
+    r"\b(?:is|was|has been|have been) (?:installed|set up) successfully\b"
+    r"|\binstallation (?:was )?(?:successful|succeeded)\b",
 )]
 # a summary figure that closes the log (only among its last CLOSING_LINES lines: the same words early in a log
 # are a model's size or a warm-up's figure): nccl-tests' "# Avg bus bandwidth : 92.34", "mean latency = 3.2 ms"
 CLOSING_LINES = 5
 CLOSING_SUMMARY = re.compile(
     r"(?:^|[#:>\]]\s*)(?:avg|average|mean|overall|aggregate|total)\b[\w ()/.-]{0,40}?\s*[:=]\s*[-+]?\d", _I)
-NOT_COMPLETION = re.compile(r"\bsummary at\b|\bresults? (?:will|would|are being|is being)\b|\bno results\b", _I)
+# ... and a report of what failed is no results block: Paddle's "Error Message Summary:", pytest's "short test
+# summary info" under FAILED lines, "Failure summary", "Warnings summary"
+NOT_COMPLETION = re.compile(r"\bsummary at\b|\bresults? (?:will|would|are being|is being)\b|\bno results\b"
+                            r"|\b(?:errors?|failures?|failed|exceptions?|warnings?|crash)\W+(?:\w+ )?summary\b", _I)
 NONZERO_EXIT = re.compile(
     r"\bexit(?:ed)?(?:\s+with)?(?:\s+(?:code|status))?\s*[:=]?\s*-?[1-9]\d*\b|returned non-zero exit status"
     r"|\bfailed with exit (?:code|status)\b|\bnon-zero exit (?:code|status)\b",

@@ -6,7 +6,8 @@ I/O of its processes over the gathering, at least a second apart, and the TCP po
 ``activity.py``), and the settings the analysis uses (benchmark patterns and kind, stall_seconds, the start-up
 grace, ``[[signature]]`` rows, the progress regex).
 
-Which logs: the configured ones (``logs``, ``[benchmark] log``: ``configured: true``, symlinks allowed), then the
+Which logs: the configured ones (``logs``, ``[benchmark] log``: ``configured: true``, symlinks allowed) with their
+companion streams (``.out`` beside ``.err``) and the worker logs they name below their folder, then the
 ``*.log``/``.out``/``.err`` files at the top of the watch dirs (below too for a ``DIR/**`` entry): regular files,
 never symlinks, read with ``O_NOFOLLOW``, and none last written before the run began (the oldest live benchmark or
 entrypoint process): another program's output in /tmp is not this run's evidence.
@@ -15,6 +16,7 @@ entrypoint process): another program's output in /tmp is not this run's evidence
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 import time
@@ -64,12 +66,56 @@ def run_started(config: AgentConfig, processes: List[Any]) -> Optional[float]:
     return min((s for s in starts if s > 0.0), default=None)
 
 
+# one job's stdout and stderr, written side by side (Slurm's/LSF's -o/-e, nohup-style redirects): the configured
+# one's companion is the same run's output, however old
+COMPANIONS = ((".out", ".err"), (".err", ".out"), ("stdout", "stderr"), ("stderr", "stdout"))
+# a path a launcher names as where its workers' logs are ("detail running logs maybe found in log/workerlog.0",
+# "see logs/rank_3.log", "written to outputs/train.err"): a relative path with a log-ish component
+LOG_REF_RE = re.compile(r"(?<![\w/.-])((?:\./)?(?:[\w.-]+/)*[\w.-]*(?:log|\.out|\.err)[\w.-]*)(?![\w/-])",
+                        re.IGNORECASE)
+MAX_REFERENCED = 4
+
+
+def companions(path: str) -> List[str]:
+    """The other stream of a job whose stdout or stderr is ``path`` (``slurm-4411.out`` -> ``slurm-4411.err``)."""
+    folder, name = os.path.split(path)
+    out = []
+    for mine, other in COMPANIONS:
+        if mine in name:
+            at = name.rfind(mine)
+            out.append(os.path.join(folder, name[:at] + other + name[at + len(mine):]))
+    return [p for p in out if p != path and os.path.isfile(p) and not os.path.islink(p)]
+
+
+def referenced_logs(lines: List[str], folder: str, known: List[str]) -> List[str]:
+    """Files a log names as logs (relative paths, resolved in the log's folder) that exist below that folder:
+    regular files, never symlinks, not already read."""
+    base = os.path.realpath(folder)
+    out: List[str] = []
+    for text in lines:
+        if "/" not in text and "log" not in text.lower():
+            continue
+        for ref in LOG_REF_RE.findall(text):
+            if "/" not in ref or ref.startswith("/"):
+                continue
+            path = os.path.normpath(os.path.join(folder, ref))
+            real = os.path.realpath(path)
+            if not real.startswith(base + os.sep) or path in known or path in out:
+                continue
+            if os.path.isfile(path) and not os.path.islink(path):
+                out.append(path)
+                if len(out) >= MAX_REFERENCED:
+                    return out
+    return out
+
+
 def log_candidates(config: AgentConfig, files: List[Dict[str, Any]], now: float,
                    started: Optional[float] = None) -> List[str]:
-    """Configured logs and the benchmark log first, then the *.log files found in the watch dirs, newest first:
-    modified within ``discover_max_age`` and, when the run's start is known, since it began (another
-    program's old output is not this run's evidence)."""
+    """Configured logs and the benchmark log first (with their companion streams, ``.out`` beside ``.err``),
+    then the *.log files found in the watch dirs, newest first: modified within ``discover_max_age`` and, when
+    the run's start is known, since it began (another program's old output is not this run's evidence)."""
     paths = [p for p in named_paths(config) if os.path.isfile(p)]
+    paths.extend(c for p in list(paths) for c in companions(p) if c not in paths)
     max_age = float(config.get("discover_max_age") or DEFAULTS["discover_max_age"])
     oldest = now - max_age if started is None else max(now - max_age, started - LOG_SLACK)
     for f in files:
@@ -173,8 +219,16 @@ def gather(
     files = watched_files(config)
     facts["files"] = files[:50]
     named = set(named_paths(config))
-    facts["logs"] = [read_log(path, path in named, int(config.get("max_line_chars") or 4096))
-                     for path in log_candidates(config, files, now, run_started(config, processes))]
+    max_chars = int(config.get("max_line_chars") or 4096)
+    paths = log_candidates(config, files, now, run_started(config, processes))
+    facts["logs"] = [read_log(path, path in named, max_chars) for path in paths]
+    for log in list(facts["logs"]):  # the worker logs a configured log names (a launcher's "see log/workerlog.0")
+        if log["configured"] and not log["error"]:
+            for ref in referenced_logs(log["lines"][-200:], os.path.dirname(log["path"]), paths):
+                paths.append(ref)
+                entry = read_log(ref, False, max_chars)  # read as found (no symlink), then counted as named
+                entry["configured"], entry["referenced_by"] = True, log["path"]
+                facts["logs"].append(entry)
     facts["dmesg"] = read_dmesg() if include_dmesg else {"lines": [], "error": "skipped"}
     facts["gpu"] = gpu_facts(gpu_sampler)
     facts["activity"] = meter.finish()

@@ -29,6 +29,7 @@ CPU_MOVING = 0.1  # cores: the benchmark computes on the CPU (an idle process us
 GPU_BUSY = 10  # percent util: the GPU has work
 GPU_PINNED = 90  # percent util: a GPU at least this busy ...
 SPIN_POWER = 0.4  # ... that draws less than this share of its power limit is spinning, not computing
+SPIN_UTIL_LOW, SPIN_POWER_LOW = 80, 0.3  # a GPU busy at 80-90 % is spinning too when it draws under 30 %
 GPU_WORK_POWER = 0.4  # real work: util >= GPU_BUSY and power >= this share of the limit
 MODEL_BYTES = 1 << 30  # GPU memory in use that counts as a loaded model when no process is named
 TORCH_PORTS = range(29400, 29600)  # torch elastic's rendezvous and store defaults
@@ -66,7 +67,10 @@ LOADING_RE = re.compile(
     r"|\b(?:checkpoint|shards?|weights?|model|safetensors)\b.{0,20}\bload(?:ing)?\b|\bdownloading\b|\bfetching\b"
     r"|Load weight begin|\bloading\b.{0,60}\b(?:\d+%|\d+/\d+)"
     r"|\bcompil(?:e|es|ing)\b|\bcapturing (?:cuda |cudagraph |the )?graphs?\b|\bwarming up\b|\bautotun"
-    r"|\bbuilding (?:the )?(?:engine|extension|wheel|kernels?)\b|\bprofil(?:e|ing) run\b",
+    r"|\bbuild(?:s|ing)? (?:the |an? )?(?:\w+ )?(?:engine|extension|wheel|kernels?)\b|\bprofil(?:e|ing) run\b"
+    # preparing the data before the first step: tokenizing, datasets' map/filter passes, split generation
+    r"|\btokeniz(?:e|es|ing)\b|\bRunning tokenizer\b|^\s*(?:Map|Filter)\b[^:]{0,40}:\s*\d+%"
+    r"|\bGenerating \w+ split\b|\bGrouping texts\b|\bpre-?process(?:es|ing)\b",
     re.IGNORECASE,
 )
 # programs that build what the run needs before it starts: a JIT-compiled extension (ninja, cc1plus, nvcc),
@@ -223,7 +227,8 @@ def gpu_activity(facts: Dict[str, Any], tree: Set[int]) -> Tuple[Gpus, Optional[
     shares = [_power_share(d) for d, _ in busy]
     if any(s is not None and s >= GPU_WORK_POWER for s in shares):
         return Gpus("work", line), model
-    if all(u >= GPU_PINNED for _, u in busy):
+    if all(u >= GPU_PINNED or (u >= SPIN_UTIL_LOW and s is not None and s < SPIN_POWER_LOW)
+           for (_, u), s in zip(busy, shares)):
         # pinned: at low power a spin; without a power reading it cannot be told from work ("busy")
         return Gpus("spin" if all(s is not None for s in shares) else "busy", line), model
     return Gpus("light", line), model
@@ -287,6 +292,20 @@ def loading(progress: Dict[str, LogProgress], logs: Dict[str, Dict[str, Any]], s
         if best is None or prog.stuck_for < best[0]:
             best = (prog.stuck_for, short(text.strip(), 100), path, prog.at)
     return best[1:] if best else None
+
+
+def loading_words(logs: Dict[str, Dict[str, Any]], now: float, stall: float) -> Optional[Tuple[str, str, int]]:
+    """No meter anywhere: the freshest log (written within ``stall``) ends with words that say the run loads,
+    builds or warms up (ONNX Runtime's first run building a TensorRT engine, a JIT compile). ``(line, path,
+    index)``, or None. The caller asks for the run's CPU to be busy too."""
+    fresh = [lg for lg in logs.values() if lg.get("mtime") is not None and now - float(lg["mtime"]) <= stall]
+    for log in sorted(fresh, key=lambda lg: -float(lg["mtime"])):
+        lines = log.get("lines") or []
+        at = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].strip()), None)
+        if at is not None:
+            text = lines[at][:400]
+            return (short(text.strip(), 100), log["path"], at) if LOADING_RE.search(text) else None
+    return None
 
 
 BUILDING_RE = re.compile(r"\b(?:building|compiling)\b", re.IGNORECASE)

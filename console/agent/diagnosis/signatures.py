@@ -55,6 +55,16 @@ SIGNATURES: List[Signature] = [
          r"|Driver Not Loaded|NVIDIA driver is not loaded|no CUDA-capable device is detected|cudaErrorNoDevice"
          r"|CUDA_ERROR_NO_DEVICE|nvidia-smi: (?:command )?not found",
          "no usable NVIDIA driver: the kernel module is not loaded, or the container does not see the GPUs"),
+    # docker/containerd/podman cannot hand the container a GPU: the NVIDIA Container Toolkit is missing or not
+    # registered with the daemon (the host's driver may be fine)
+    _sig("container_runtime_missing", "critical",
+         r"could not select device driver \"[^\"]*\" with capabilities|unknown or invalid runtime name: nvidia"
+         r"|Unknown runtime specified nvidia|\bnvidia-container-runtime(?:-hook)?\b.{0,60}(?:executable file not found"
+         r"|not found in \$PATH|No such file or directory)|\bnvidia-container-cli: (?:command )?not found"
+         r"|\bCDI device injection failed|unresolvable CDI devices? nvidia\.com/gpu",
+         "the container runtime cannot give the container a GPU (the NVIDIA Container Toolkit is not installed or "
+         "not registered with the daemon): install nvidia-container-toolkit, run nvidia-ctk runtime configure, "
+         "restart the daemon"),
     _sig("driver_mismatch", "critical",
          r"Driver/library version mismatch|NVRM: API mismatch|CUDA driver version is insufficient"
          r"|cudaErrorInsufficientDriver|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH|driver on your system is too old"
@@ -133,7 +143,11 @@ SIGNATURES: List[Signature] = [
          r"|kv.?cache.{0,120}insufficient memory|insufficient memory.{0,120}kv.?cache"
          r"|Requested amount of GPU memory \(\d+ bytes\) could not be allocated|GPU memory is not enough"
          r"|torch\.(?:cuda\.)?OutOfMemoryError\b|\bAllocation on device\b"
-         r"|Not enough memory\.? Please try to (?:increase|decrease) --mem-fraction-static",
+         r"|Not enough memory\.? Please try to (?:increase|decrease) --mem-fraction-static"
+         # allocators' own words: Paddle's, ONNX Runtime's arena, HIP (AMD)
+         r"|Out of memory error on GPU|Cannot allocate [\d.]+\s*[KMGT]?i?B memory on GPU"
+         r"|BFCArena\b.{0,200}Failed to allocate memory|Failed to allocate memory for requested buffer of size"
+         r"|HIP out of memory|hipErrorOutOfMemory",
          "GPU memory ran out (batch/model/context too large for this GPU, or another process holds memory)"),
     _sig("host_memory_exhausted", "error",
          r"memory allocation of \d+ bytes failed|std::bad_alloc|(?<![\w.])MemoryError\b(?!: CUDA)"
@@ -192,7 +206,13 @@ SIGNATURES: List[Signature] = [
          r"|architectures? \[[^\]]*\] (?:are|is) not supported"
          r"|Loaded runtime CuDNN library: [\d.]+ but source was compiled with|but source was compiled with: [\d.]+"
          r"|CuDNN library needs to have matching major version|cuDNN version incompatibility"
-         r"|Loaded cuDNN version [\d.]+ but .{0,80}compiled (?:with|against)|was compiled against cuDNN",
+         r"|Loaded cuDNN version [\d.]+ but .{0,80}compiled (?:with|against)|was compiled against cuDNN"
+         # an import-time version check (OpenMMLab's, transformers' require_version)
+         r"|\bis used but incompatible\b|\bis required for a normal functioning of this module, but found\b"
+         # a binary built for another GPU generation (compute capability)
+         r"|compute cap(?:ability)? [\d.]+ is not compatible with|is of cuda capability [\d.]+\. PyTorch no longer"
+         r"|only supported on GPUs with compute capability|only supports Ampere GPUs or newer"
+         r"|minimum required Cuda capability is",
          "a library or extension was built for another version than the one installed (a torch extension's "
          "undefined symbol, a wheel for another torch/CUDA/GPU, numpy 1 vs 2, an engine too old for the model): "
          "install matching versions or rebuild"),
@@ -231,6 +251,12 @@ SIGNATURES: List[Signature] = [
          r"|An error occurred \((?:403|404|NoSuchKey|NoSuchBucket)\) when calling|\bNoSuchKey\b"
          r"|\bIncompleteRead\(\d+ bytes read|ContentTooShortError|ChunkedEncodingError|Connection broken: "
          r"|retrieval incomplete: got only"
+         # the remote refused for a rate limit (Docker Hub's pull quota, HTTP 429), or what arrived is not the file
+         r"|\btoomanyrequests\b|pull rate limit|\b429 (?:Client Error|Too Many Requests)|HTTP(?:/[\d.]+)? 429\b"
+         r"|HTTP Error 429|API rate limit exceeded"
+         r"|DO NOT MATCH THE HASHES|\b(?:checksum|hash|digest|sha256|md5) (?:sum )?mismatch\b|ChecksumMismatchError"
+         r"|computed checksums? did NOT match|Consistency check failed: file should be of size"
+         r"|layer verification failed for digest"
          # TLS that never came up (wget/curl/OpenSSL), an HTTP fetch that timed out inside requests/urllib3
          r"|Unable to establish SSL connection|SSL_connect\b.{0,40}error"
          r"|SSL routines:.{0,80}(?:alert|fail|wrong version|unexpected eof)"
@@ -249,7 +275,9 @@ SIGNATURES: List[Signature] = [
     _sig("diverged", "warning",
          r"loss[\"']?\s*[:=]\s*[\"']?[-+]?(?:nan|inf|infinity)\b|\bloss is (?:nan|inf)\b"
          r"|NaN or Inf found in input tensor|returned nan values in its \d+\w* output|found NaN in (?:local )?grad norm"
-         r"|detected NaN\b|NaN detected in|Current loss scale already at minimum|Minimum loss scale reached"
+         r"|detected NaN\b|NaN detected in|Loss became infinite or NaN|\bloss is (?:non-finite|not finite)\b"
+         r"|\bnon-finite loss\b|\bInvalid loss, terminating training\b"
+         r"|Current loss scale already at minimum|Minimum loss scale reached"
          r"|Attempted loss scale: 1(?:\.0)?, reducing to 1(?:\.0)?\b"
          r"|\| grad norm: [-+]?(?:nan|inf)\b|number of nan iterations:\s*[1-9]",  # Megatron's iteration line
          "training diverged: the loss is NaN/inf or the fp16 loss scale hit its minimum; the steps go on but learn "
@@ -329,6 +357,9 @@ HARMLESS: List[Pattern[str]] = [re.compile(p) for p in (
     # pip's resolver notice about packages already installed: the install goes on ("Successfully installed")
     r"pip's dependency resolver does not currently take into account",
     r"from LD_PRELOAD cannot be preloaded .*: ignored",  # the loader skips a missing preload and goes on
+    # a container's read-only system paths (ldconfig's cache, sysctl, /proc/sys), not a failing disk
+    r"(?:\bldconfig\S*:|\bsysctl:|[\s'\"]/(?:etc|usr|proc|sys)/).{0,160}Read-only file system"
+    r"|Read-only file system:? ['\"]?/(?:etc|usr|proc|sys)/",
 )]
 
 # What a panic's message names (the panic line itself, or the lines after a `panicked at file:line:col:` header
