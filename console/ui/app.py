@@ -106,6 +106,7 @@ class FleetApp(NoticeBoard, ScreenshotDelivery):
         self.idle_gc = IdleCollector()  # full collections between keys (console/ui/idle_gc.py)
         self.hangup = HangupWatch(self.action_quit)  # SIGHUP or a dead tty ends the TUI (console/ui/hangup.py)
         self.frames_painted = 0
+        self.age_checks = 0  # panes looked at for text that ages by itself, all ticks together (tests, benches)
         self.instance_screens = InstanceScreens(self)  # built once, shown for each instance opened
 
     # -- layout --------------------------------------------------------------------------------------
@@ -178,20 +179,24 @@ class FleetApp(NoticeBoard, ScreenshotDelivery):
         if large and self._frame_held(clock):
             return
         self._painted_at = clock
-        if now - self._last_tick >= TICK_INTERVAL - FRAME_INTERVAL / 2:  # (each paint of the large fleet's 1 Hz)
-            self._last_tick = now
-            state.tick(now)
-            # panes whose text ages by itself ("last seen 2m ago", "restarted 40s ago") repaint each second
-            state.mark_dirty(
-                n for n, inst in state.instances.items() if pane_ages(inst, now) or self.retry_at(n) is not None
-            )
-        dirty = state.take_dirty()
-        events = state.take_events()
         body = self.screen_stack[0]
         try:
             grid, table, detail = body.query_one(FleetGrid), body.query_one(FleetTable), body.query_one(DetailPane)
         except Exception:
             return
+        if now - self._last_tick >= TICK_INTERVAL - FRAME_INTERVAL / 2:  # (each paint of the large fleet's 1 Hz)
+            self._last_tick = now
+            state.tick(now)
+            # panes whose text ages by itself ("last seen 2m ago", "restarted 40s ago") repaint each second: those
+            # in view and the open instance (a pane scrolled into view is brought up to date at the next paint;
+            # the table ages its visible rows itself), not the whole fleet each second
+            candidates = self._aging_candidates(grid, table)
+            self.age_checks += len(candidates)
+            seen = ((n, state.instances.get(n)) for n in candidates)
+            state.mark_dirty(n for n, inst in seen
+                             if inst is not None and (pane_ages(inst, now) or self.retry_at(n) is not None))
+        dirty = state.take_dirty()
+        events = state.take_events()
         grid.update_from_state(dirty, LARGE_PANE_BUDGET if large else PANE_BUDGET)
         # the table and the detail pane follow in the same frame, so what changed is composed in one pass
         # (Textual re-renders every widget the dirty regions' bounding box touches, ~5 ms at 200x60, per pass)
@@ -207,6 +212,15 @@ class FleetApp(NoticeBoard, ScreenshotDelivery):
         for text, severity in state.take_notes():  # what the core did by itself: an automatic stop announced
             self.notify(text, title="Automatic stop", severity=severity, timeout=12)
         self.frames_painted += 1
+
+    def _aging_candidates(self, grid: FleetGrid, table: FleetTable) -> list[str]:
+        """The instances whose age text can be seen now: the grid's panes in view (while the grid is shown) and
+        the open instance."""
+        names = [] if table.display else grid.on_screen_names()
+        screen = self.screen
+        if isinstance(screen, InstanceScreen):
+            names.append(screen.instance_name)
+        return names
 
     def _frame_held(self, now: float) -> bool:
         """In a fleet past ``LARGE_FLEET`` instances three frames of four are held (1 Hz, the agents' sampling rate):
