@@ -5,9 +5,9 @@ failure (docs/diagnosis.md has the table; ``make incidents`` prints it).
 
 The blind rounds (tests/fixtures/incidents-blind/round-N: incidents written by someone who never read the
 engine, scored first-seen before any rule changed) run in the same pass, all but the cases that must wait
-longer than ``CI_MAX_SETTLE`` s before they can be diagnosed (hangs and stalls aged minutes: ~80 cases,
-~100 minutes of waits that 2 cores cannot overlap enough for CI; ``bench/incidents.py --whole`` runs every
-case), and what runs must stay at ``CI_GOAL`` % right."""
+longer than ``CI_MAX_SETTLE`` s before they can be diagnosed (hangs and stalls aged minutes, and programs
+shown busy for as long: their stand-ins spin a core all that time, which starves the tests running beside
+this module; ``bench/incidents.py --whole`` runs every case), and what runs must stay at ``CI_GOAL`` % right."""
 
 from __future__ import annotations
 
@@ -26,12 +26,12 @@ pytestmark = [
 ]
 
 INCIDENTS = load_incidents()
-CI_MAX_SETTLE = 20.0  # seconds a blind case may wait before its diagnosis and still run in CI
+CI_MAX_SETTLE = 5.0  # seconds a blind case may wait before its diagnosis and still run in CI
 ROUNDS: dict[str, list[Incident]] = {
     path.name: [i for i in load_incidents(path) if float(i.spec.get("settle", 0.3)) <= CI_MAX_SETTLE]
     for path in sorted((CORPUS.parent / "incidents-blind").glob("round-*"))
 }
-WORKERS = 4  # incidents at once (2 cores, beside the other tests): more and a busy box times diagnoses out
+WORKERS = 3  # incidents at once (2 cores, beside the other tests): more starves them and times diagnoses out
 CI_GOAL = 96.0  # % right over what runs here (issue 29 asks 97 % of the whole corpus; the floor leaves a margin)
 
 
