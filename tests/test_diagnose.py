@@ -880,23 +880,36 @@ def test_a_download_beside_moving_steps_is_not_starting(tmp_path: Path) -> None:
     assert dg.analyze(facts)["verdict"]["code"] == "healthy"
 
 
-def test_gpus_spinning_with_a_silent_log_are_hung_even_without_a_step_counter(tmp_path: Path) -> None:
-    """Blind round 3 (vLLM TP=2, LMDeploy stuck with GPUs at 100 %): no progress pattern in the log, so no stall
-    could be read, and the run was called healthy. Alive processes, GPUs pinned at low power, nothing else moving
-    and no log written for stall_seconds are a hang, cited by the last line the log wrote; the same GPUs drawing
-    real power are work, not a hang."""
+def silent_log_facts(tmp_path: Path, text: str) -> Dict[str, Any]:
+    """The seed host with ``serve.log`` (``text``) last written 400 s ago, ``stall_seconds`` 120, and a daemon
+    started an hour ago still alive: a run whose log went silent while its processes live."""
     log = tmp_path / "serve.log"
-    log.write_text("INFO 05-01 10:00:01 engine.py:267] init engine\nINFO 05-01 10:00:09 loaded model, 2 workers\n"
-                   "INFO 05-01 10:00:10 Avg prompt throughput: 12.1 tokens/s, Running: 4 reqs\n")
+    log.write_text(text)
     old = time.time() - 400
     os.utime(log, (old, old))
     facts = seed_facts(tmp_path)
     facts["stall_seconds"] = 120
     facts["processes"].append(rec(400, 369, "cuzk-daemon --listen 0.0.0.0:9820", start=time.time() - 3600))
+    return facts
+
+
+def busy_gpus(utils: List[int], watts: float, mem_used: int = 10 << 30) -> Dict[str, Any]:
+    """GPUs at these utilisations, each drawing ``watts`` of a 300 W limit, no process listed."""
+    return {"state": "ok", "devices": [{"index": i, "util": u, "mem_used": mem_used, "power": watts,
+                                        "power_limit": 300.0, "procs": []} for i, u in enumerate(utils)]}
+
+
+def test_gpus_spinning_with_a_silent_log_are_hung_even_without_a_step_counter(tmp_path: Path) -> None:
+    """Blind round 3 (vLLM TP=2, LMDeploy stuck with GPUs at 100 %): no progress pattern in the log, so no stall
+    could be read, and the run was called healthy. Alive processes, GPUs pinned at low power, nothing else moving
+    and no log written for stall_seconds are a hang, cited by the last line the log wrote; the same GPUs drawing
+    real power are work, not a hang."""
+    facts = silent_log_facts(tmp_path, "INFO 05-01 10:00:01 engine.py:267] init engine\n"
+                             "INFO 05-01 10:00:09 loaded model, 2 workers\n"
+                             "INFO 05-01 10:00:10 Avg prompt throughput: 12.1 tokens/s, Running: 4 reqs\n")
 
     def gpus(watts: float) -> Dict[str, Any]:
-        return {"state": "ok", "devices": [{"index": i, "util": 100, "mem_used": 20 << 30, "power": watts,
-                                            "power_limit": 300.0, "procs": []} for i in range(2)]}
+        return busy_gpus([100, 100], watts, mem_used=20 << 30)
 
     facts["gpu"] = gpus(90.0)
     result = dg.analyze(facts)

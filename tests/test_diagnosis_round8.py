@@ -15,7 +15,7 @@ from console.agent.diagnosis import codes, completion, signatures
 from console.agent.diagnosis import diagnose as dg
 from console.agent.diagnosis.gather import companions, log_candidates, referenced_logs
 from console.agent.diagnosis.liveness import LOADING_RE
-from tests.test_diagnose import TRAIN_BENCH, act, activity, gpu, logs_of, rec, seed_facts
+from tests.test_diagnose import TRAIN_BENCH, act, activity, busy_gpus, gpu, logs_of, rec, silent_log_facts
 
 
 def code_of(line: str) -> str | None:
@@ -243,20 +243,10 @@ def test_a_young_service_whose_last_words_build_its_engine_while_its_cpu_works_i
 
 # -- GPUs busy at 80-90 % that draw little power spin too -------------------------------------------------------
 def test_gpus_mostly_pinned_at_low_power_with_a_silent_log_are_hung(tmp_path: Path) -> None:
-    log = tmp_path / "serve.log"
-    log.write_text("2022-05-12 22:05:41 - mmdet - INFO - workflow: [('train', 1)], max: 12 epochs\n"
-                   "2022-05-12 22:06:13 - mmcv - INFO - Reducer buckets have been rebuilt in this iteration.\n")
-    old = time.time() - 400
-    os.utime(log, (old, old))
-    facts = seed_facts(tmp_path)
-    facts["stall_seconds"] = 120
-    facts["processes"].append(rec(400, 369, "cuzk-daemon --listen 0.0.0.0:9820", start=time.time() - 3600))
-
-    def gpus(utils: List[int], watts: float) -> Dict[str, Any]:
-        return {"state": "ok", "devices": [{"index": i, "util": u, "mem_used": 10 << 30, "power": watts,
-                                            "power_limit": 300.0, "procs": []} for i, u in enumerate(utils)]}
-
-    facts["gpu"] = gpus([86, 91, 100, 97], 75.0)  # 25 % of the limit
+    facts = silent_log_facts(tmp_path, "2022-05-12 22:05:41 - mmdet - INFO - workflow: [('train', 1)], max: 12 "
+                             "epochs\n2022-05-12 22:06:13 - mmcv - INFO - Reducer buckets have been rebuilt in this "
+                             "iteration.\n")
+    facts["gpu"] = busy_gpus([86, 91, 100, 97], 75.0)  # 25 % of the limit
     assert dg.analyze(facts)["verdict"]["code"] == "hung"
-    facts["gpu"] = gpus([86, 91, 100, 97], 105.0)  # 35 %: a memory-bound job at 86 % may draw that much
+    facts["gpu"] = busy_gpus([86, 91, 100, 97], 105.0)  # 35 %: a memory-bound job at 86 % may draw that much
     assert dg.analyze(facts)["verdict"]["code"] != "hung"
