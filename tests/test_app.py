@@ -733,12 +733,14 @@ async def test_a_probe_from_the_grid_shows_its_output_and_output_opens_at_its_ta
 
 
 async def test_an_empty_fleet_says_how_to_add_instances(tmp_path: Path) -> None:
-    fleet = Fleet([], source=str(tmp_path / "fleet.toml"))
+    folder = tmp_path / ("a-fleet-folder-whose-name-is-long-enough-to-go-past-the-edge-of-the-grid" * 2)
+    folder.mkdir()
+    fleet = Fleet([], source=str(folder / "fleet.toml"))
     app = FleetApp(FleetController(fleet, audit=AuditLog(tmp_path / "audit.jsonl")), theme="dark")
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_until(pilot, lambda: "No instances" in screen_text(app), what="the empty fleet's hint")
         text = screen_text(app)
-        assert str(tmp_path / "fleet.toml") in text
+        assert "".join(line.strip() for line in text.splitlines()).count(str(folder / "fleet.toml")) == 1  # wrapped
         assert "[[instance]]" in text and "fleet-console check" in text and "README" in text
 
 

@@ -209,26 +209,65 @@ def test_task_signature_moves_with_new_processes(children):
     assert procfs.task_signature() != before
 
 
-def test_proc_is_listed_only_when_tasks_change(children, monkeypatch):
-    signature = [b"1 100"]
-    monkeypatch.setattr(procs_mod, "task_signature", lambda: signature[0])
-    root = children(["sh", "-c", "read x; sleep 300"], stdin=subprocess.PIPE)
-    sampler = ProcSampler({"proc_root": root.pid}, backend="proc")  # the rest of the host: read every 30 s
+LISTING_PROBE = """
+import json, subprocess, sys, time
+import console.agent.sample.procs as procs_mod
+from console.agent.sample.procs import ProcSampler, read_process_table
+signature = [b"1 100"]  # /proc/loadavg's running/last-pid pair, held still: only the test moves it
+procs_mod.task_signature = lambda: signature[0]
+root = subprocess.Popen(["sh", "-c", "read x; sleep 300"], stdin=subprocess.PIPE)
+sampler = ProcSampler({"proc_root": root.pid}, backend="proc")
+out = {}
+for _ in range(4):
     sampler.sample({})
-    for _ in range(3):
-        sampler.sample({})
-    assert sampler.listings == 1  # nothing created or reaped: the known pids are enough
-    root.stdin.write(b"go\n")
-    root.stdin.flush()
-    _until(lambda: len(read_process_table({"proc_root": root.pid})) == 2)
-    assert sampler.sample({}) is None and sampler.listings == 1  # (a real loadavg would have moved)
-    signature[0] = b"2 101"
-    monkeypatch.setattr(procs_mod, "LIST_EVERY", 0.0)
-    frame = sampler.sample({})
-    assert sampler.listings == 2
-    assert [r["name"] for r in frame["upsert"]] == ["sleep"] and frame["upsert"][0]["ppid"] == root.pid
-    sampler.sample({})
-    assert sampler.listings == 3  # and at least every LIST_EVERY seconds whatever loadavg says
+out["quiet"] = sampler.listings  # nothing created or reaped: the known pids are enough
+root.stdin.write(b"go\\n")
+root.stdin.flush()
+deadline = time.monotonic() + 20
+while len(read_process_table({"proc_root": root.pid})) < 2 and time.monotonic() < deadline:
+    time.sleep(0.05)
+out["unseen_frame"] = sampler.sample({})
+out["unseen"] = sampler.listings  # the signature did not move: not listed (a real loadavg would have moved)
+signature[0] = b"2 101"
+procs_mod.LIST_EVERY = 0.0
+frame = sampler.sample({})
+out["moved"] = sampler.listings
+out["upsert"] = [(r["name"], r["ppid"] == root.pid) for r in frame["upsert"]]
+sampler.sample({})
+out["every"] = sampler.listings  # and at least every LIST_EVERY seconds whatever loadavg says
+root.kill()
+print(json.dumps(out))
+"""
+
+
+def _in_pid_namespace(script: str) -> dict:
+    """Run ``script`` (Python, printing one JSON object) as pid 1's child in a new PID namespace with its own
+    /proc: only the script's processes are there, whatever else runs on this machine (other test workers)."""
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
+    if os.geteuid() != 0:
+        argv[1:1] = ["--user", "--map-root-user"]
+    try:
+        out = subprocess.run(
+            [*argv, sys.executable, "-c", script],
+            capture_output=True,
+            timeout=60,
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        )
+    except FileNotFoundError:
+        pytest.skip("no unshare (util-linux)")
+    if out.returncode != 0 and b"unshare" in out.stderr:
+        pytest.skip("cannot make a PID namespace here: %s" % out.stderr.decode().strip())
+    assert out.returncode == 0, out.stderr.decode()
+    return json.loads(out.stdout)
+
+
+def test_proc_is_listed_only_when_tasks_change():
+    # in a PID namespace: on the host, any process of another test ending would (rightly) make it list again
+    data = _in_pid_namespace(LISTING_PROBE)
+    assert data["quiet"] == 1
+    assert data["unseen_frame"] is None and data["unseen"] == 1
+    assert data["moved"] == 2 and data["upsert"] == [["sleep", True]]
+    assert data["every"] == 3
 
 
 def test_unchanged_stat_is_not_parsed_and_gives_zero_cpu(children, monkeypatch):
@@ -435,22 +474,7 @@ first.kill()
 
 def test_pid_2_in_a_pid_namespace_is_a_process_not_a_kernel_thread():
     """In a container pid 2 (and its children) are the workload, not kthreadd's kernel threads."""
-    argv = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
-    if os.geteuid() != 0:
-        argv[1:1] = ["--user", "--map-root-user"]
-    try:
-        out = subprocess.run(
-            [*argv, sys.executable, "-c", NAMESPACE_PROBE],
-            capture_output=True,
-            timeout=30,
-            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-        )
-    except FileNotFoundError:
-        pytest.skip("no unshare (util-linux)")
-    if out.returncode != 0 and b"unshare" in out.stderr:
-        pytest.skip("cannot make a PID namespace here: %s" % out.stderr.decode().strip())
-    assert out.returncode == 0, out.stderr.decode()
-    data = json.loads(out.stdout)
+    data = _in_pid_namespace(NAMESPACE_PROBE)
     assert data["first"] == 2
     table = data["sampler"]
     assert table["2"]["name"] == "sh" and table["3"]["name"] == "sleep" and table["3"]["ppid"] == 2

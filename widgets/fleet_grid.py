@@ -255,6 +255,10 @@ class FleetGrid(FleetViewWidget, can_focus=True):
 
     # -- painting ------------------------------------------------------------------------------------
     def hint_lines(self) -> List[str]:
+        """What an empty grid says, each line cut to the grid's width (a long fleet file path goes on over lines)."""
+        return _wrapped(self._hint_text(), self.size.width)
+
+    def _hint_text(self) -> List[str]:
         """What an empty grid says: how to add an instance, or that the filter hides every one."""
         if self.state.instances:
             error = predicates.check(self.query_text, any(getattr(i.instance, "price_per_hour", None) is not None
@@ -393,3 +397,17 @@ class FleetGrid(FleetViewWidget, can_focus=True):
 
 
 __all__ = ["FleetGrid"]
+
+
+def _wrapped(lines: List[str], width: int) -> List[str]:
+    """``lines`` with each one wider than ``width`` cut into pieces that keep its indent."""
+    out: List[str] = []
+    for line in lines:
+        indent = len(line) - len(line.lstrip(" "))
+        room = width - indent
+        if len(line) <= width or room < 8:
+            out.append(line)
+            continue
+        body = line[indent:]
+        out.extend(" " * indent + body[i:i + room] for i in range(0, len(body), room))
+    return out
