@@ -117,7 +117,7 @@ def run_agent(backend: str, samples: int, warmup: int, state_file: str, env: dic
     window_bytes = 0
     by_type: dict = {}
     t0 = cpu0 = last_cpu = None
-    steps = []  # CPU between consecutive gpu frames: one loop turn (GPU, processes, log polls, heartbeat)
+    steps = []  # CPU between gpu frames: one loop turn (GPU, procs every procs_interval, logs, heartbeat)
     try:
         while True:
             item = lines.get(timeout=30)

@@ -23,6 +23,7 @@ from .ops import OPS, Handler
 from .pidlock import take_over
 from .sample.gpu import GpuSampler
 from .sample.logs import LogFollower
+from .sample.procfs import task_signature
 from .sample.procs import ProcSampler
 from .wire import config as agent_config
 from .wire.config import AgentConfig, compile_patterns, plain
@@ -70,6 +71,8 @@ class Agent:
         bench = config.get("benchmark") or {}
         self._bench_patterns = compile_patterns(bench.get("match")) + compile_patterns(bench.get("entrypoint"))
         self._next_summary_procs = 0.0
+        self._next_procs = 0.0  # monotonic time the process table is read again at "full" (``_procs_due``)
+        self._procs_seen: tuple = ()  # what started that wait: the task signature and the GPUs' pids
         self._heartbeat_at = -1e9  # monotonic time of the last heartbeat sent
         self._heartbeat_level = ""  # the level it said
 
@@ -105,12 +108,29 @@ class Agent:
         if gpu_frame is not None:
             self.writer.send("gpu", **gpu_frame)
         if self.level == "full":
-            procs_frame = self._guarded("procs", lambda: self.procs.sample(self.gpu.memory_by_pid()))
+            procs_frame = None
+            if self._procs_due():
+                procs_frame = self._guarded("procs", lambda: self.procs.sample(self.gpu.memory_by_pid()))
         else:
             procs_frame = self._guarded("procs", self._summary_procs)
         if procs_frame is not None:
             self.writer.send("procs", **procs_frame)
         self.samples += 1
+
+    def _procs_due(self) -> bool:
+        """Whether this sample reads the process table: every ``procs_interval`` s (2 s by default; htop
+        refreshes every 1.5 s, top every 3 s), and at once when a task was created or reaped (the kernel's
+        task count or last pid moved: ``task_signature``), when the set of processes on a GPU changed, and for
+        a fresh sample (a one-shot command, a diagnosis). The GPUs are sampled every ``interval`` regardless."""
+        now = time.monotonic()
+        seen = (task_signature(), frozenset(self.gpu.memory_by_pid()))
+        if not (self.gpu.fresh or now >= self._next_procs or seen != self._procs_seen):
+            return False
+        interval = float(self.config["interval"])
+        # (a quarter interval early: the loop's jitter must not push a 2 s pace to 3 s)
+        self._next_procs = now + float(self.config.get("procs_interval") or interval) - interval / 4
+        self._procs_seen = seen
+        return True
 
     def _heartbeat_due(self, now: float, hb_interval: float) -> bool:
         """Always at "full"; at "summary" when the console saw no other frame for a heartbeat interval (its stale
@@ -154,6 +174,7 @@ class Agent:
         if level == "summary":
             self._next_summary_procs = 0.0
             return
+        self._next_procs = 0.0  # back at "full": the whole tree at the next sample
         self.procs.reset()  # the console holds a subset: the whole tree again, at the next sample
         for frame in self.logs.release():  # the lines missed while at "summary", in order
             self.writer.send("log", **frame)

@@ -39,7 +39,8 @@ class GpuConfig(TypedDict):
 class AgentConfig(TypedDict):
     """The whole config as ``load`` returns it: ``DEFAULTS`` with the console's values merged over it."""
 
-    interval: float  # seconds between GPU/process samples
+    interval: float  # seconds between GPU samples
+    procs_interval: float  # seconds between process-table readings when no task came or went (Agent._procs_due)
     log_interval: float  # seconds between log polls
     heartbeat_interval: float
     logs: List[str]  # files always followed (may not exist yet)
@@ -57,6 +58,7 @@ class AgentConfig(TypedDict):
 
 DEFAULTS: AgentConfig = {
     "interval": 1.0,
+    "procs_interval": 2.0,
     "log_interval": 0.5,
     "heartbeat_interval": 5.0,
     "logs": [],
