@@ -33,6 +33,17 @@ def sshd(tmp_path: Path) -> Iterator[Sshd]:
 
 
 @pytest.fixture
+def config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The console's config and state directories under the test's own tmp_path (never the user's): what a
+    console test saves (settings, history, the audit log) stays there. Console test modules use it for every test
+    (``pytestmark = pytest.mark.usefixtures("config_dir")``)."""
+    path = tmp_path / "config"
+    monkeypatch.setenv("FLEET_CONSOLE_CONFIG_DIR", str(path))
+    monkeypatch.setenv("FLEET_CONSOLE_STATE_DIR", str(tmp_path / "state"))
+    return path
+
+
+@pytest.fixture
 def chains(tmp_path: Path) -> Iterator[Harness]:
     """Fake benchmark chains (entrypoint.sh -> benchmark.sh -> cuzk-daemon + cuzk-bench); all killed after."""
     harness = Harness(tmp_path)

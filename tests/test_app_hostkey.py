@@ -17,13 +17,7 @@ from tests.support.sshd import Sshd, ssh_instance
 from widgets.confirm_screen import ConfirmScreen
 from widgets.instance_screen import InstanceScreen
 
-
-@pytest.fixture(autouse=True)
-def config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "config"
-    monkeypatch.setenv("FLEET_CONSOLE_CONFIG_DIR", str(path))
-    monkeypatch.setenv("FLEET_CONSOLE_STATE_DIR", str(tmp_path / "state"))
-    return path
+pytestmark = pytest.mark.usefixtures("config_dir")  # (tests/conftest.py)
 
 
 async def test_accept_an_unknown_host_key_from_the_instance_screen(sshd: Sshd, tmp_path: Path) -> None:

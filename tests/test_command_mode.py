@@ -20,11 +20,7 @@ VOCAB = Vocabulary(names=["vast-3090-a", "vast-3090-b", "lambda-h100"], tags=["3
                    probes=["disk", "nvidia-smi"], sort_keys=["status", "name", "util"], themes=["dark", "light"])
 
 
-@pytest.fixture(autouse=True)
-def config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "config"
-    monkeypatch.setenv("FLEET_CONSOLE_CONFIG_DIR", str(path))
-    return path
+pytestmark = pytest.mark.usefixtures("config_dir")  # (tests/conftest.py)
 
 
 def test_parse_every_command() -> None:

@@ -18,12 +18,7 @@ from widgets.detail_pane import MIN_COLUMNS, DetailPane, detail_lines, pane_widt
 from widgets.fleet_table import FleetTable
 from widgets.palette import Palette
 
-
-@pytest.fixture(autouse=True)
-def config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "config"
-    monkeypatch.setenv("FLEET_CONSOLE_CONFIG_DIR", str(path))
-    return path
+pytestmark = pytest.mark.usefixtures("config_dir")  # (tests/conftest.py)
 
 
 def fed_state(now: float, lines: list) -> FleetState:

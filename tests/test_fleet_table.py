@@ -20,12 +20,7 @@ from widgets.instance_screen import InstanceScreen
 from widgets.palette import Palette
 from widgets.table_rows import layout, row_line, row_values, sort_names
 
-
-@pytest.fixture(autouse=True)
-def config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "config"
-    monkeypatch.setenv("FLEET_CONSOLE_CONFIG_DIR", str(path))
-    return path
+pytestmark = pytest.mark.usefixtures("config_dir")  # (tests/conftest.py)
 
 
 def fed_state(now: float) -> FleetState:

@@ -17,12 +17,7 @@ from widgets.detail_pane import DetailPane
 from widgets.fleet_grid import FleetGrid
 from widgets.render import changed_runs
 
-
-@pytest.fixture(autouse=True)
-def config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "config"
-    monkeypatch.setenv("FLEET_CONSOLE_CONFIG_DIR", str(path))
-    return path
+pytestmark = pytest.mark.usefixtures("config_dir")  # (tests/conftest.py)
 
 
 def pane_rows(app, grid: FleetGrid, name: str) -> list[str]:

@@ -17,12 +17,7 @@ from widgets.fleet_table import FleetTable
 from widgets.help_screen import KEY_W, HelpScreen
 from widgets.instance_screen import InstanceScreen
 
-
-@pytest.fixture(autouse=True)
-def config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "config"
-    monkeypatch.setenv("FLEET_CONSOLE_CONFIG_DIR", str(path))
-    return path
+pytestmark = pytest.mark.usefixtures("config_dir")  # (tests/conftest.py)
 
 
 def help_rows(text: str) -> List[Tuple[List[str], str]]:

@@ -14,11 +14,7 @@ from widgets.log_view import LogView
 LONG = "alpha step %d " + "payload " * 7 + "END-%d"  # reaches past the 80th column
 
 
-@pytest.fixture(autouse=True)
-def config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "config"
-    monkeypatch.setenv("FLEET_CONSOLE_CONFIG_DIR", str(path))
-    return path
+pytestmark = pytest.mark.usefixtures("config_dir")  # (tests/conftest.py)
 
 
 def rows(app) -> list[str]:

@@ -15,13 +15,7 @@ from tests.support.app import screen_text, wait_until
 from tests.support.sshd import Sshd, ssh_instance
 from widgets.instance_screen import InstanceScreen
 
-
-@pytest.fixture(autouse=True)
-def config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "config"
-    monkeypatch.setenv("FLEET_CONSOLE_CONFIG_DIR", str(path))
-    monkeypatch.setenv("FLEET_CONSOLE_STATE_DIR", str(tmp_path / "state"))
-    return path
+pytestmark = pytest.mark.usefixtures("config_dir")  # (tests/conftest.py)
 
 
 def header_rows(app: FleetApp) -> list[str]:

@@ -28,11 +28,7 @@ from widgets.process_tree import COLS_WIDTH, ProcessTree
 FAST = {"heartbeat_interval": 0.5, "log_interval": 0.2}
 
 
-@pytest.fixture(autouse=True)
-def config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "config"
-    monkeypatch.setenv("FLEET_CONSOLE_CONFIG_DIR", str(path))
-    return path
+pytestmark = pytest.mark.usefixtures("config_dir")  # (tests/conftest.py)
 
 
 class Workload:
