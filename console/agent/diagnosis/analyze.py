@@ -255,8 +255,9 @@ def gpu_state(facts: Dict[str, Any], procs: Processes, live: Liveness, items: Li
         steps.append(step("gpu", "skipped", "no GPU sample"))
         return
     if gpu.get("state") != "ok":
-        steps.append(step("gpu", "info", "GPU state: %s%s" % (code_words(gpu.get("state")),
-                                                            ": %s" % gpu["message"] if gpu.get("message") else "")))
+        found = driver_state(gpu, items)
+        steps.append(step("gpu", "problem" if found else "info", "GPU state: %s%s" % (
+            code_words(gpu.get("state")), ": %s" % gpu["message"] if gpu.get("message") else "")))
         return
     devices = gpu.get("devices") or []
     lines = ["gpu%s util=%s%% mem=%s%s%s" % (
@@ -294,6 +295,29 @@ def gpu_state(facts: Dict[str, Any], procs: Processes, live: Liveness, items: Li
         steps.append(step("gpu", "problem", "GPUs idle", lines))
     else:
         steps.append(step("gpu", "ok" if not lost else "problem", plural(len(devices), "GPU"), lines))
+
+
+def driver_state(gpu: Dict[str, Any], items: List[Item]) -> Optional[str]:
+    """NVML (or nvidia-smi) could not start, and its own error names the driver's state (``Driver Not Loaded``, an
+    NVML/RM version mismatch): a fact of the host now, whatever the age of the log lines that say the same. A log
+    finding of that code that predates the run is current again, with the GPU's words as evidence; else the GPU's
+    words are the finding. The code, or None (no GPU library at all is a host without GPUs, not a fault)."""
+    message = str(gpu.get("message") or "")
+    sig = signatures.match_line(message) if message else None
+    if sig is None or sig.code not in ("no_gpu_driver", "driver_mismatch"):
+        return None
+    evidence = ev("gpu", None, "NVML: %s" % message)
+    for item in items:
+        if item.code == sig.code:
+            if item.role == "history" and item.prior is not None:
+                item.role, item.severity = "current", item.prior
+                item.summary = item.summary.replace("before the current run: ", "", 1)
+            if item.role == "current":
+                item.evidence.append(evidence)
+                return sig.code
+    items.append(Item(sig.code, sig.severity, "%s: the GPU library says %s" % (codes.label(sig.code), message),
+                      [evidence]))
+    return sig.code
 
 
 def now_of(facts: Dict[str, Any]) -> float:

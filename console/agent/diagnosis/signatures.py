@@ -77,11 +77,15 @@ SIGNATURES: List[Signature] = [
          "not registered with the daemon): install nvidia-container-toolkit, run nvidia-ctk runtime configure, "
          "restart the daemon"),
     _sig("driver_mismatch", "critical",
-         r"Driver/library version mismatch|NVRM: API mismatch|CUDA driver version is insufficient"
+         r"Driver/library version mismatch|NVRM: API mismatch|NVML/RM version mismatch"
+         r"|CUDA driver version is insufficient"
          r"|cudaErrorInsufficientDriver|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH|driver on your system is too old"
          r"|unsupported display driver / cuda driver combination"
          r"|forward compatibility was attempted on non supported HW"
-         r"|CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE|PTX was compiled with an unsupported toolchain",
+         r"|CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE|PTX was compiled with an unsupported toolchain"
+         # code built by a newer toolkit or SDK than the driver knows: PTX (CUDA 222), the NVENC API (ffmpeg, OBS)
+         r"|CUDA_ERROR_UNSUPPORTED_PTX_VERSION|cudaErrorUnsupportedPtxVersion"
+         r"|Driver does not support the required nvenc API version|minimum required Nvidia driver for nvenc is",
          "the NVIDIA driver and the CUDA libraries disagree (driver too old for the runtime, or upgraded "
          "under a loaded kernel module): update the driver or reboot, or use a build for this driver"),
     _sig("gpu_faulty", "critical",
@@ -158,7 +162,11 @@ SIGNATURES: List[Signature] = [
          # allocators' own words: Paddle's, ONNX Runtime's arena, HIP (AMD)
          r"|Out of memory error on GPU|Cannot allocate [\d.]+\s*[KMGT]?i?B memory on GPU"
          r"|BFCArena\b.{0,200}Failed to allocate memory|Failed to allocate memory for requested buffer of size"
-         r"|HIP out of memory|hipErrorOutOfMemory",
+         r"|HIP out of memory|hipErrorOutOfMemory"
+         # a device allocation call out of memory (Blender Cycles), RMM's pools (RAPIDS, dask-cuda), CuPy's pool
+         r"|Out of memory in cu(?:Mem|da)\w*|System is out of GPU(?: and shared host)? memory"
+         r"|out_of_memory: RMM failure|\bMaximum pool size exceeded|cupy\.cuda\.memory\.OutOfMemoryError"
+         r"|Out of memory allocating [\d,]+ bytes \(allocated so far|out of memory to allocate \d+ bytes \(total",
          "GPU memory ran out (batch/model/context too large for this GPU, or another process holds memory)"),
     _sig("host_memory_exhausted", "error",
          r"memory allocation of \d+ bytes failed|std::bad_alloc|(?<![\w.])MemoryError\b(?!: CUDA)"
@@ -188,7 +196,10 @@ SIGNATURES: List[Signature] = [
          r"|Permission denied \((?:publickey|password|keyboard-interactive|gssapi|hostbased)[\w,-]*\)"
          r"|unauthorized: (?:authentication required|incorrect username or password)|no basic auth credentials"
          r"|denied: requested access to the resource is denied|pull access denied for"
-         r"|fatal: Authentication failed for|remote: (?:Invalid username or password|HTTP Basic: Access denied)",
+         r"|fatal: Authentication failed for|remote: (?:Invalid username or password|HTTP Basic: Access denied)"
+         # authenticated, but the identity may not do this (Azure's data-plane roles, an IAM policy, a GCS role)
+         r"|AuthorizationPermissionMismatch|\bAuthorizationFailure\b|not authorized to perform this operation"
+         r"|is not authorized to perform: [\w-]+:\w+|Permission '[\w.]+' denied on resource",
          "the storage or model hub refused the credentials (key unknown, expired token, wrong secret, no access "
          "granted): fix the key/token or its permissions; retrying does not help"),
     _sig("permission_denied", "error",
@@ -314,7 +325,7 @@ SIGNATURES: List[Signature] = [
     _sig("transport_error", "error",
          r"broken pipe|transport error|connection reset|status: Unavailable|message length too large"
          r"|message too large|h2 protocol error|GOAWAY|error trying to connect|Connection refused"
-         r"|EPIPE\b|ECONNRESET\b",
+         r"|EPIPE\b|ECONNRESET\b|IncompleteMessage|connection closed before message completed",
          "an RPC/HTTP2 connection broke (daemon died or closed the stream, or a request was too large)"),
     _sig("panic", "error", r"thread '[^']*'(?: \(\d+\))? panicked at|\bRust panic: |^panic: |^fatal error: "
          r"|goroutine \d+ \[running\]",

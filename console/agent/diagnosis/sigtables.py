@@ -35,6 +35,9 @@ PANIC_CAUSES: List[Tuple[str, Pattern[str]]] = [(code, re.compile(p, re.IGNORECA
     ("resource_limit", r"\bcode: 24\b|Too many open files|\bEMFILE\b"),
     ("permission_denied", r"\bcode: 13\b|Permission denied|PermissionDenied|\bEACCES\b"),
     ("io_error", r"Os \{ code: (?:5|30)\b|Input/output error|Read-only file system|ReadOnlyFilesystem"),
+    # the request to a daemon broke mid-way (hyper's IncompleteMessage: the server side closed or died)
+    ("transport_error", r"IncompleteMessage|connection closed before message completed|reset by peer"
+     r"|ConnectionReset\b|broken pipe|BrokenPipe\b"),
 )]
 PANIC_PAYLOAD_END = re.compile(r"^note: run with|^stack backtrace:|^\s*$|^goroutine \d+ \[")
 

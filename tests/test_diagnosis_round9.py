@@ -1,0 +1,136 @@
+"""Diagnosis classes learned from blind round 9 (tests/fixtures/incidents-blind/round-9), fixed after its
+first-seen score was recorded: each rule reads a class of wordings or facts (docs/diagnosis.md). Pure: lines
+through the signature table, the completion words and the progress parser, or ``analyze`` on built facts."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+
+from console.agent.diagnosis import diagnose as dg
+from console.agent.diagnosis import signatures
+from tests.test_diagnose import logs_of, rec
+
+
+def code_of(line: str) -> str | None:
+    sig = signatures.match_line(line)
+    return sig.code if sig is not None and not signatures.is_harmless(line) else None
+
+
+# -- GPU memory in the allocators' own words: a device allocation call, RMM's pools, CuPy's pool -----------------
+@pytest.mark.parametrize("line", [
+    "Out of memory in cuMemAlloc(&device_pointer, size) (intern/cycles/device/cuda/device_impl.cpp:731)",
+    "System is out of GPU and shared host memory",
+    "Out of memory in cuMemAllocManaged(&device_pointer, size)",
+    "MemoryError: std::bad_alloc: out_of_memory: RMM failure at:/opt/conda/include/rmm/mr/device/"
+    "pool_memory_resource.hpp:196: Maximum pool size exceeded",
+    "MemoryError: std::bad_alloc: RMM failure at:/src/rmm/mr/device/pool_memory_resource.hpp:179: Maximum pool size "
+    "exceeded",
+    "cupy.cuda.memory.OutOfMemoryError: Out of memory allocating 200,000,000,000 bytes (allocated so far: 4,096 "
+    "bytes).",
+    "Exception in main training loop: Out of memory allocating 25,600,000 bytes (allocated so far: 3,635,267,072 "
+    "bytes).",
+    "cupy.cuda.memory.OutOfMemoryError: out of memory to allocate 1073741824 bytes (total 12373894656 bytes)",
+])
+def test_an_allocators_out_of_gpu_memory_in_its_own_words_is_cuda_oom(line: str) -> None:
+    assert code_of(line) == "cuda_oom", line
+
+
+def test_a_host_allocation_failure_stays_host_memory() -> None:
+    assert code_of("MemoryError: std::bad_alloc") == "host_memory_exhausted"
+    assert code_of("numpy.core._exceptions._ArrayMemoryError: Unable to allocate 3.2 GiB for an array with shape "
+                   "(1, 2)") == "host_memory_exhausted"
+
+
+# -- code built for a newer driver: PTX from a newer toolkit, an NVENC API the driver lacks ------------------------
+@pytest.mark.parametrize("line", [
+    "openmm.OpenMMException: Error loading CUDA module: CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222)",
+    "CUDA platform error: Error loading CUDA module: CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222)",
+    "RuntimeError: cudaErrorUnsupportedPtxVersion: the provided PTX was compiled with an unsupported toolchain.",
+    "[hevc_nvenc @ 0x55d1c2e8a4c0] Driver does not support the required nvenc API version. Required: 13.0 Found: 12.2",
+    "[h264_nvenc @ 0x7ff3e9b83c00] Driver does not support the required nvenc API version. Required: 9.1 Found: 9.0",
+    "ERROR:libav.h264_nvenc:The minimum required Nvidia driver for nvenc is (unknown) or newer",
+    "22:45:40.550: error:   The minimum required Nvidia driver for nvenc is 471.41 or newer",
+])
+def test_code_built_for_a_newer_driver_is_a_driver_mismatch(line: str) -> None:
+    assert code_of(line) == "driver_mismatch", line
+
+
+# -- storage that authenticated the identity but refused it the operation ------------------------------------------
+@pytest.mark.parametrize("line", [
+    "===== RESPONSE ERROR (ServiceCode=AuthorizationPermissionMismatch) =====",
+    "Description=This request is not authorized to perform this operation using this permission.",
+    "azure.core.exceptions.HttpResponseError: This request is not authorized to perform this operation. "
+    "ErrorCode:AuthorizationFailure",
+    "An error occurred (AccessDenied) when calling the PutObject operation: User: arn:aws:iam::123456789012:user/ci is "
+    "not authorized to perform: s3:PutObject on resource: \"arn:aws:s3:::ckpt/step-100/model.pt\"",
+    "google.api_core.exceptions.Forbidden: 403 POST https://storage.googleapis.com/upload/storage/v1/b/ckpt/o: "
+    "Permission 'storage.objects.create' denied on resource (or it may not exist).",
+])
+def test_storage_that_refuses_the_identity_an_operation_is_credentials_refused(line: str) -> None:
+    assert code_of(line) == "credentials_refused", line
+
+
+# -- a request to a daemon cut off mid-way, and a panic that only reports it ------------------------------------------
+def test_a_request_cut_off_mid_way_is_a_transport_error() -> None:
+    for line in ("hyper::Error(IncompleteMessage)",
+                 "error sending request for url (http://127.0.0.1:3000/twirp/api.ProverService/Prove): connection "
+                 "closed before message completed"):
+        assert code_of(line) == "transport_error", line
+
+
+def test_a_panic_that_reports_a_request_cut_off_is_the_transport_error(tmp_path: Path) -> None:
+    (tmp_path / "prove.log").write_text(
+        "executed program with 4444875 cycles\n"
+        "thread 'main' panicked at /root/.cargo/registry/src/sp1-cuda-4.2.1/src/lib.rs:283:77:\n"
+        "called `Result::unwrap()` on an `Err` value: ReqwestError(reqwest::Error { kind: Request, url: "
+        "\"http://localhost:3000/twirp/api.ProverService/Setup\", source: hyper_util::client::legacy::Error("
+        "SendRequest, hyper::Error(IncompleteMessage)) })\n"
+        "note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n")
+    facts = {"now": time.time(), "benchmark": {"match": ["dcap-prove"], "entrypoint": [r"entrypoint\.sh"]},
+             "processes": [], "logs": logs_of(tmp_path), "files": [],
+             "gpu": {"state": "ok", "devices": [{"index": 0, "util": 0, "mem_used": 0}]}}
+    verdict = dg.analyze(facts)["verdict"]
+    assert verdict["code"] == "transport_error", verdict
+
+
+# -- the GPU library's own start-up error names the driver's state: a fact of the host now --------------------------
+def _driver_facts(tmp_path: Path, message: str, state: str = "no_gpu") -> Dict[str, Any]:
+    log = tmp_path / "webui.log"
+    log.write_text("Launching launch.py...\n/venv/lib/python3.10/site-packages/torch/cuda/__init__.py:129: "
+                   "UserWarning: CUDA initialization: Found no NVIDIA driver on your system. Please check that you "
+                   "have an NVIDIA GPU and installed a driver\nTraceback (most recent call last):\n"
+                   "RuntimeError: Torch is not able to use GPU; add --skip-torch-cuda-test to COMMANDLINE_ARGS\n")
+    now = time.time()
+    os.utime(log, (now - 20, now - 20))  # written before the wrapper that is alive now started
+    return {"now": now, "benchmark": {"match": [r"webui\.sh"], "entrypoint": [r"entrypoint\.sh"]},
+            "processes": [rec(2, 1, "bash webui.sh", wchan="do_wait", start=now - 1)],
+            "logs": logs_of(tmp_path), "files": [], "gpu": {"state": state, "message": message, "devices": []}}
+
+
+def test_nvml_saying_the_driver_is_not_loaded_makes_the_drivers_absence_current(tmp_path: Path) -> None:
+    result = dg.analyze(_driver_facts(tmp_path, "Driver Not Loaded (NVMLError_DriverNotLoaded)"))
+    assert result["verdict"]["code"] == "no_gpu_driver", result["findings"]
+    head = result["findings"][0]
+    assert any("Found no NVIDIA driver" in e["text"] for e in head["evidence"])
+    assert any("Driver Not Loaded" in e["text"] for e in head["evidence"])
+
+
+def test_nvml_words_alone_name_the_driver_state(tmp_path: Path) -> None:
+    facts = _driver_facts(tmp_path, "RM has detected an NVML/RM version mismatch. (NVMLError_LibRmVersionMismatch)",
+                          state="error")
+    facts["logs"] = []
+    assert dg.analyze(facts)["verdict"]["code"] == "driver_mismatch"
+    facts = _driver_facts(tmp_path, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.")
+    facts["logs"] = []
+    assert dg.analyze(facts)["verdict"]["code"] == "no_gpu_driver"
+
+
+def test_no_gpu_library_at_all_is_a_host_without_gpus_not_a_fault(tmp_path: Path) -> None:
+    facts = _driver_facts(tmp_path, "NVML not loadable: libnvidia-ml.so.1: cannot open shared object file")
+    facts["logs"] = []
+    assert dg.analyze(facts)["verdict"]["code"] not in ("no_gpu_driver", "driver_mismatch")
