@@ -11,8 +11,9 @@ from typing import Any, Dict
 
 import pytest
 
+from console.agent.diagnosis import completion, progress, signatures
 from console.agent.diagnosis import diagnose as dg
-from console.agent.diagnosis import signatures
+from console.agent.diagnosis.liveness import LOADING_RE
 from tests.test_diagnose import logs_of, rec
 
 
@@ -134,3 +135,98 @@ def test_no_gpu_library_at_all_is_a_host_without_gpus_not_a_fault(tmp_path: Path
     facts = _driver_facts(tmp_path, "NVML not loadable: libnvidia-ml.so.1: cannot open shared object file")
     facts["logs"] = []
     assert dg.analyze(facts)["verdict"]["code"] not in ("no_gpu_driver", "driver_mismatch")
+
+
+# -- a run that says it ended: its own closing word, its work counted to its total ---------------------------------
+@pytest.mark.parametrize("line", [
+    "2024-03-12 09:03:02,992 INFO Done: 1 file(s), 292.1 s of audio in 51.6 s (5.7x realtime)",
+    "Done: 412 files, 0 errors",
+    "[INFO] Done in 12.3s",
+    "Done in 3m 12s.",
+    "[18:56:31.246] [times] [INFO] | [render 24 frames] finished in 0:02:30.489657",
+    "Progress.........: 14344384/14344384 (100.00%)",
+    "render_turntable.sh: 24/24 frames written to /srv/renders/turntable_v3",
+    "Processed 1000/1000 images",
+    "upload: 412/412 files uploaded",
+])
+def test_a_closing_done_or_the_work_counted_to_its_total_closes_a_run(line: str) -> None:
+    assert completion.is_completion_line(line), line
+
+
+@pytest.mark.parametrize("line", [
+    "Loading done in 3.2s",
+    "    Finished `release` profile [optimized] target(s) in 0.41s",
+    "Progress.........: 4734913/14344384 (33.01%)",
+    "Recovered........: 0/1 (0.00%) Digests (total), 0/1 (0.00%) Digests (new)",
+    "Epoch 3/10 done",
+    "Loading checkpoint shards: 100%|##########| 4/4 [00:02<00:00,  1.60it/s]",
+    "0/0 files uploaded",
+])
+def test_a_step_of_the_run_or_a_partial_count_does_not_close_it(line: str) -> None:
+    assert not completion.is_completion_line(line), line
+
+
+def _render_facts(tmp_path: Path, last: str) -> Dict[str, Any]:
+    log = tmp_path / "render.log"
+    log.write_text("".join("Fra:%d Mem:412.18M | Time:00:05.10 | Scene, ViewLayer | Finished\nSaved: "
+                           "'/srv/renders/frame_%04d.png'\n" % (i, i) for i in range(1, 25))
+                   + "Blender quit\nError: Not freed memory blocks: 49, total unfreed memory 0.010432 MB\n" + last)
+    now = time.time()
+    os.utime(log, (now - 50, now - 50))
+    procs = [rec(2, 1, "bash /srv/render_turntable.sh", wchan="do_wait", start=now - 400),
+             rec(3, 2, "sleep 100000", wchan="hrtimer_nanosleep", start=now - 400)]
+    return {"now": now, "benchmark": {"match": [r"render_turntable\.sh", "blender"], "entrypoint": [r"entrypoint\.sh"]},
+            "processes": procs, "logs": logs_of(tmp_path), "files": [],
+            "gpu": {"state": "ok", "devices": [{"index": 0, "util": 0, "mem_used": 0, "power": 16.0,
+                                                "power_limit": 140.0}]}}
+
+
+def test_a_script_left_waiting_on_an_idle_helper_after_its_closing_words_is_finished(tmp_path: Path) -> None:
+    facts = _render_facts(tmp_path, "render_turntable.sh: 24/24 frames written to /srv/renders/turntable_v3\n")
+    assert dg.analyze(facts)["verdict"]["code"] == "finished"
+    busy = dict(facts, processes=[*facts["processes"][:1], rec(3, 2, "blender -b scene.blend", state="R", cpu=95.0)])
+    assert dg.analyze(busy)["verdict"]["code"] != "finished"  # a benchmark program still works under it
+    facts["gpu"]["devices"][0]["util"] = 97  # a GPU works: not over
+    assert dg.analyze(facts)["verdict"]["code"] != "finished"
+
+
+# -- waiting on a job submitted to a remote service, its meter moving: start-up -------------------------------------
+def test_a_meter_whose_bar_format_names_its_clocks_is_read() -> None:
+    sample = progress.parse("RUNNING:  35%|###       | 106/300 [elapsed: 01:49 remaining: 03:23]2024-05-01 "
+                            "07:59:34,033 Sleeping for 9s. Reason: RUNNING")
+    assert sample is not None and sample.amount == "106" and sample.percent == 35.0 and sample.elapsed == 109.0
+    done = progress.parse("COMPLETE: 100%|##########| 300/300 [elapsed: 02:04 remaining: 00:00]")
+    assert done is not None and done.done
+
+
+@pytest.mark.parametrize("line", [
+    "RUNNING:  35%|###       | 106/300 [elapsed: 01:49 remaining: 03:23]",
+    "PENDING:   0%|          | 0/300 [elapsed: 00:00 remaining: ?]",
+    "2025-03-15 10:15:20,787 Sleeping for 7s. Reason: PENDING",
+    "INFO waiting for job 8812 (state: QUEUED)",
+    "polling batch batch_abc123: status RUNNING",
+])
+def test_waiting_on_a_remote_job_is_start_up(line: str) -> None:
+    assert LOADING_RE.search(line), line
+
+
+def test_a_lowercase_running_is_no_remote_job() -> None:
+    assert not LOADING_RE.search("waiting for the running workers to report")
+
+
+def test_a_run_polling_its_remote_job_with_the_meter_moving_and_gpus_idle_is_starting(tmp_path: Path) -> None:
+    log = tmp_path / "colabfold.log"
+    rows = ["2024-05-01 07:57:44,746 Query 1/1: K13 (length 1841)"]
+    for i in range(1, 13):
+        n = i * 9
+        rows.append("RUNNING: %3d%%|#         | %d/300 [elapsed: 00:%02d remaining: 04:00]2024-05-01 07:58:%02d,000 "
+                    "Sleeping for 9s. Reason: RUNNING" % (n * 100 // 300, n, i * 4, i * 4))
+    log.write_text("\n".join(rows) + "\n")
+    now = time.time()
+    os.utime(log, (now - 3, now - 3))
+    facts = {"now": now, "benchmark": {"match": ["colabfold_batch"], "entrypoint": [r"entrypoint\.sh"]},
+             "processes": [rec(2, 1, "colabfold_batch query.fasta out/", start=now - 130)],
+             "logs": logs_of(tmp_path), "files": [], "stall_seconds": 60,
+             "gpu": {"state": "ok", "devices": [{"index": 0, "util": 0, "mem_used": 0, "power": 23.0,
+                                                 "power_limit": 230.0}]}}
+    assert dg.analyze(facts)["verdict"]["code"] == "starting"

@@ -22,7 +22,7 @@ from .liveness import CPU_MOVING, Liveness, assess, building, building_line, loa
 from .motion import DOWNLOADING_RE, slowdown, stalls, warnings_while_working
 from .named_cause import causes_named_by_the_failure
 from .nvmlhealth import health_step
-from .processes import Processes, benchmark_processes, entrypoint_tree
+from .processes import Processes, benchmark_processes, entrypoint_tree, wrappers_left_waiting
 from .progress import LogProgress, compile_progress, log_progress
 from .records import Item, Step, step
 from .text import CONTEXT_RE, FAILED_RE, clean_message, context, ev, fmt_size, hit_ev, short
@@ -385,8 +385,9 @@ def _log_ev(log: Dict[str, Any], at: int) -> Any:
 # -- step 7: finished? then the verdict ----------------------------------------------------------------
 def completion(facts: Dict[str, Any], procs: Processes, items: List[Item], now: float) -> Optional[Item]:
     """A run that completed: a completion line is the last word of its log, nothing of the benchmark is
-    alive, and no current failure came after it. Failures before it become history."""
-    if procs.bench:
+    alive (or only its shell script, left waiting on idle helpers), and no current failure came after it. Failures
+    before it become history."""
+    if procs.bench and not wrappers_left_waiting(facts, procs):
         return None
     bench_re = compile_progress((facts.get("benchmark") or {}).get("progress"))
     found: List[Tuple[float, Dict[str, Any], int]] = []
