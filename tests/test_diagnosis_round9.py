@@ -230,3 +230,56 @@ def test_a_run_polling_its_remote_job_with_the_meter_moving_and_gpus_idle_is_sta
              "gpu": {"state": "ok", "devices": [{"index": 0, "util": 0, "mem_used": 0, "power": 23.0,
                                                  "power_limit": 230.0}]}}
     assert dg.analyze(facts)["verdict"]["code"] == "starting"
+
+
+# -- the cited line: wordings of known classes the kernel or a library prints ---------------------------------------
+@pytest.mark.parametrize(("line", "code"), [
+    ("[42310.118000] CIFS: VFS: \\\\nas01 has not responded in 180 seconds. Reconnecting...", "storage_stall"),
+    ("CIFS VFS: Server 10.0.0.5 has not responded in 120 seconds. Reconnecting...", "storage_stall"),
+    ("[ 9312.114000] cgroup: fork rejected by pids controller in /system.slice/nnunet-fold3.service", "resource_limit"),
+    ("numba.cuda.cudadrv.error.NvvmSupportError: libNVVM cannot be found. Do `conda install cudatoolkit`:",
+     "library_missing"),
+    ("OSError: library nvvm not found", "library_missing"),
+])
+def test_kernel_and_library_wordings_of_known_classes(line: str, code: str) -> None:
+    assert code_of(line) == code, line
+
+
+# -- a GPU backend that failed at INFO level, the run gone on on the CPU ---------------------------------------------
+def _fallback_facts(tmp_path: Path, fallback: str, util: int = 0) -> Dict[str, Any]:
+    (tmp_path / "pulldown.log").write_text(
+        "I0105 14:05:05.749943 140453630969664 xla_bridge.py:660] Unable to initialize backend 'cuda': Found cuSOLVER "
+        "version 11002, but JAX was built against version 11401, which is newer. The copy of cuSOLVER that is "
+        "installed must be at least as new as the version against which JAX was built.\n"
+        "I0105 14:05:05.750792 140453630969664 xla_bridge.py:660] Unable to initialize backend 'tpu': INTERNAL: Failed "
+        "to open libtpu.so: libtpu.so: cannot open shared object file: No such file or directory\n"
+        + fallback + "\nI0105 14:05:07.1 run_multimer_jobs.py:120] Predicting model 1 of 5\n")
+    now = time.time()
+    return {"now": now, "benchmark": {"match": [r"run_multimer_jobs\.py"], "entrypoint": [r"entrypoint\.sh"]},
+            "processes": [rec(2, 1, "python3 run_multimer_jobs.py --mode=pulldown", state="R", cpu=100.0,
+                              start=now - 60)],
+            "logs": logs_of(tmp_path), "files": [],
+            "gpu": {"state": "ok", "devices": [{"index": 0, "util": util, "mem_used": 0, "power": 60.0,
+                                                "power_limit": 400.0}]}}
+
+
+def test_a_gpu_backend_that_failed_quietly_while_the_run_fell_back_to_the_cpu_is_the_fault(tmp_path: Path) -> None:
+    line = ("W0105 14:05:05.750941 140453630969664 xla_bridge.py:727] An NVIDIA GPU may be present on this machine, "
+            "but a CUDA-enabled jaxlib is not installed. Falling back to cpu.")
+    result = dg.analyze(_fallback_facts(tmp_path, line))
+    assert result["verdict"]["code"] == "version_mismatch", result["findings"]
+    assert any("but JAX was built against version 11401" in e["text"] for e in result["findings"][0]["evidence"])
+    busy = dg.analyze(_fallback_facts(tmp_path, line, util=97))  # the GPU works: the INFO line stays a note
+    assert busy["verdict"]["code"] != "version_mismatch"
+    quiet = dg.analyze(_fallback_facts(tmp_path, "I0105 14:05:06.0 run.py:10] Using 1 devices"))
+    assert quiet["verdict"]["code"] != "version_mismatch"
+
+
+@pytest.mark.parametrize("line", [
+    "Unable to initialize backend 'cuda': Found cuSOLVER version 11002, but JAX was built against version 11401, which "
+    "is newer.",
+    "RuntimeError: Found cuDNN version 8600, but JAX was built against version 8800, which is newer. The copy of cuDNN "
+    "that is installed must be at least as new as the version against which JAX was built.",
+])
+def test_a_library_older_than_the_framework_was_built_against_is_a_version_mismatch(line: str) -> None:
+    assert code_of(line) == "version_mismatch", line

@@ -320,6 +320,37 @@ def driver_state(gpu: Dict[str, Any], items: List[Item]) -> Optional[str]:
     return sig.code
 
 
+FALLBACK_RE = re.compile(r"\bfall(?:s|ing)? ?back to (?:the )?(?:cpu\b|\[?'?CPUExecutionProvider)"
+                         r"|Skipping registering GPU devices", re.IGNORECASE)
+GPU_BACKEND_RE = re.compile(r"cuda|\bgpus?\b|cudnn|cublas|cusolver|cufft|cusparse|nvidia|\bnccl", re.IGNORECASE)
+
+
+def cpu_fallback(facts: Dict[str, Any], procs: Processes, items: List[Item]) -> None:
+    """A framework that could not start its GPU backend said why at INFO level and went on on the CPU (JAX's
+    ``Unable to initialize backend 'cuda': Found cuSOLVER version ...`` then ``Falling back to cpu``;
+    TensorFlow's ``Skipping registering GPU devices``), its GPUs idle while it runs: the reason it gave is the
+    run's fault, whatever its log level."""
+    devices = (facts.get("gpu") or {}).get("devices") or []
+    if not procs.bench or not devices or any(float(d.get("util") or 0.0) > IDLE_GPU_UTIL for d in devices):
+        return
+    for log in facts.get("logs") or []:
+        lines: List[str] = log.get("lines") or []
+        at = next((i for i in range(len(lines) - 1, -1, -1) if FALLBACK_RE.search(lines[i][:400])), None)
+        if log.get("error") or at is None:
+            continue
+        for item in items:
+            if item.role != "current" or item.severity != "info" or codes.tier(item.code) != "cause":
+                continue
+            said = next((e for e in item.evidence if e.get("path") == log["path"]
+                         and GPU_BACKEND_RE.search(str(e.get("text") or ""))), None)
+            if said is None:
+                continue
+            sig = signatures.match_line(str(said.get("text") or ""))
+            item.severity = sig.severity if sig is not None and sig.code == item.code else "error"
+            item.summary += "; the run fell back to the CPU"
+            item.evidence.append(ev(log["path"], int(log.get("first_line") or 1) + at, lines[at]))
+
+
 def now_of(facts: Dict[str, Any]) -> float:
     return float(facts.get("now") or time.time())
 
@@ -474,6 +505,7 @@ def analyze(facts: Dict[str, Any]) -> DiagnosisResult:
     slowdown(facts, progress, procs, now, items)
     warnings_while_working(facts, progress, procs, live, items)
     causes_named_by_the_failure(facts, items)
+    cpu_fallback(facts, procs, items)
     gpu_state(facts, procs, live, items, steps, notes)
     health_step(facts, items, steps)  # NVML's ECC counters and Xid events: hardware evidence (nvmlhealth.py)
     procs = still_loading(facts, progress, procs, live, steps)

@@ -133,14 +133,16 @@ SIGNATURES: List[Signature] = [
          r"|unable to access MOUNTPOINT"
          # Lustre's client losing its metadata/object server: operations wait for recovery
          r"|Connection to \S+ \(at [^)]+\) was lost|will wait for recovery to complete"
-         r"|Request sent has timed out for (?:slow reply|sent delay)",
+         r"|Request sent has timed out for (?:slow reply|sent delay)"
+         # an SMB/CIFS server that stopped answering: the client reconnects while the job waits
+         r"|CIFS:? VFS: .{0,120}\bhas not responded in \d+ seconds",
          "network or FUSE storage stopped answering (NFS server not responding, tasks blocked in the kernel, a dead "
          "s3fs/FUSE mount): the job waits on it; check the server or remount"),
     _sig("resource_limit", "error",
          r"Too many open files|\bEMFILE\b|os error 24\b|Errno 24\]|Os \{ code: 24,|can't start new thread"
          r"|fork: (?:retry: )?Resource temporarily unavailable|pthread_create.{0,80}Resource temporarily unavailable"
          r"|Thread creation failed: Resource temporarily unavailable|failed to create new OS thread"
-         r"|RLIMIT_NPROC|RLIMIT_NOFILE|file-max limit \d+ reached"
+         r"|RLIMIT_NPROC|RLIMIT_NOFILE|file-max limit \d+ reached|fork rejected by pids controller"
          r"|received 0 items of ancdata|JavaScript heap out of memory|Reached heap limit Allocation failed"
          # RDMA memory registration under a small locked-memory limit (ulimit -l): NCCL/UCX/MPI over InfiniBand
          r"|ibv_reg_mr\w*\b.{0,80}(?:Cannot allocate memory|failed)|\bRLIMIT_MEMLOCK\b|max locked memory"
@@ -229,6 +231,7 @@ SIGNATURES: List[Signature] = [
          r"|Loaded runtime CuDNN library: [\d.]+ but source was compiled with|but source was compiled with: [\d.]+"
          r"|CuDNN library needs to have matching major version|cuDNN version incompatibility"
          r"|Loaded cuDNN version [\d.]+ but .{0,80}compiled (?:with|against)|was compiled against cuDNN"
+         r"|\bwas built against version [\d.]+, which is newer|must be at least as new as the version against which"
          # an import-time version check (OpenMMLab's, transformers' require_version)
          r"|\bis used but incompatible\b|\bis required for a normal functioning of this module, but found\b"
          # a binary built for another GPU generation (compute capability)
@@ -241,7 +244,8 @@ SIGNATURES: List[Signature] = [
     _sig("library_missing", "error",
          r"error while loading shared libraries|cannot open shared object file|Could not load library \S+\.so"
          r"|Unable to load any of \{|Library \S+ is not found or cannot be loaded|dlopen failed"
-         r"|dlopen\([^)]*\) failed|failed to dlopen|libcuda\.so\S* cannot (?:be )?found",
+         r"|dlopen\([^)]*\) failed|failed to dlopen|libcuda\.so\S* cannot (?:be )?found"
+         r"|NvvmSupportError|libNVVM cannot be found|\blibrary (?:nvvm|nvrtc|cudart|cudadevrt) not found",
          "a shared library cannot be loaded (not installed, or not on LD_LIBRARY_PATH; libcuda.so: the driver's "
          "library is not mounted into the container): install it or fix the library path"),
     _sig("install_failed", "error",
