@@ -6,6 +6,8 @@ before ``transport_error``). The patterns follow the real programs' wording (PyT
 llama.cpp/ggml, lotus, curl, wget, huggingface_hub, the NVIDIA driver and the kernel).
 ``HARMLESS``: lines that look like failures but are known noise (never a finding).
 ``COMPLETED``: lines that say a run ended well (the ``finished`` verdict).
+These and the other companion tables (panic causes, conditions and what clears them, the 401 rules) are data in
+``sigtables.py``, re-exported here.
 ``[[signature]]`` rows of fleet.toml come in through ``compile_custom`` and are tried before the built-ins, in a
 child process under a time budget per diagnosis (``CUSTOM_BUDGET``) on lines cut to ``CUSTOM_LINE_CAP``: a
 pattern that backtracks for ever costs the diagnosis that budget, not its answer (``custom_notes`` says so).
