@@ -22,7 +22,7 @@ from .liveness import CPU_MOVING, Liveness, assess, building, building_line, loa
 from .motion import DOWNLOADING_RE, slowdown, stalls, warnings_while_working
 from .named_cause import causes_named_by_the_failure
 from .nvmlhealth import health_step
-from .processes import Processes, benchmark_processes, entrypoint_tree
+from .processes import Processes, benchmark_processes, entrypoint_tree, wrappers_left_waiting
 from .progress import LogProgress, compile_progress, log_progress
 from .records import Item, Step, step
 from .text import CONTEXT_RE, FAILED_RE, clean_message, context, ev, fmt_size, hit_ev, short
@@ -255,8 +255,9 @@ def gpu_state(facts: Dict[str, Any], procs: Processes, live: Liveness, items: Li
         steps.append(step("gpu", "skipped", "no GPU sample"))
         return
     if gpu.get("state") != "ok":
-        steps.append(step("gpu", "info", "GPU state: %s%s" % (code_words(gpu.get("state")),
-                                                            ": %s" % gpu["message"] if gpu.get("message") else "")))
+        found = driver_state(gpu, items)
+        steps.append(step("gpu", "problem" if found else "info", "GPU state: %s%s" % (
+            code_words(gpu.get("state")), ": %s" % gpu["message"] if gpu.get("message") else "")))
         return
     devices = gpu.get("devices") or []
     lines = ["gpu%s util=%s%% mem=%s%s%s" % (
@@ -294,6 +295,60 @@ def gpu_state(facts: Dict[str, Any], procs: Processes, live: Liveness, items: Li
         steps.append(step("gpu", "problem", "GPUs idle", lines))
     else:
         steps.append(step("gpu", "ok" if not lost else "problem", plural(len(devices), "GPU"), lines))
+
+
+def driver_state(gpu: Dict[str, Any], items: List[Item]) -> Optional[str]:
+    """NVML (or nvidia-smi) could not start, and its own error names the driver's state (``Driver Not Loaded``, an
+    NVML/RM version mismatch): a fact of the host now, whatever the age of the log lines that say the same. A log
+    finding of that code that predates the run is current again, with the GPU's words as evidence; else the GPU's
+    words are the finding. The code, or None (no GPU library at all is a host without GPUs, not a fault)."""
+    message = str(gpu.get("message") or "")
+    sig = signatures.match_line(message) if message else None
+    if sig is None or sig.code not in ("no_gpu_driver", "driver_mismatch"):
+        return None
+    evidence = ev("gpu", None, "NVML: %s" % message)
+    for item in items:
+        if item.code == sig.code:
+            if item.role == "history" and item.prior is not None:
+                item.role, item.severity = "current", item.prior
+                item.summary = item.summary.replace("before the current run: ", "", 1)
+            if item.role == "current":
+                item.evidence.append(evidence)
+                return sig.code
+    items.append(Item(sig.code, sig.severity, "%s: the GPU library says %s" % (codes.label(sig.code), message),
+                      [evidence]))
+    return sig.code
+
+
+FALLBACK_RE = re.compile(r"\bfall(?:s|ing)? ?back to (?:the )?(?:cpu\b|\[?'?CPUExecutionProvider)"
+                         r"|Skipping registering GPU devices", re.IGNORECASE)
+GPU_BACKEND_RE = re.compile(r"cuda|\bgpus?\b|cudnn|cublas|cusolver|cufft|cusparse|nvidia|\bnccl", re.IGNORECASE)
+
+
+def cpu_fallback(facts: Dict[str, Any], procs: Processes, items: List[Item]) -> None:
+    """A framework that could not start its GPU backend said why at INFO level and went on on the CPU (JAX's
+    ``Unable to initialize backend 'cuda': Found cuSOLVER version ...`` then ``Falling back to cpu``;
+    TensorFlow's ``Skipping registering GPU devices``), its GPUs idle while it runs: the reason it gave is the
+    run's fault, whatever its log level."""
+    devices = (facts.get("gpu") or {}).get("devices") or []
+    if not procs.bench or not devices or any(float(d.get("util") or 0.0) > IDLE_GPU_UTIL for d in devices):
+        return
+    for log in facts.get("logs") or []:
+        lines: List[str] = log.get("lines") or []
+        at = next((i for i in range(len(lines) - 1, -1, -1) if FALLBACK_RE.search(lines[i][:400])), None)
+        if log.get("error") or at is None:
+            continue
+        for item in items:
+            if item.role != "current" or item.severity != "info" or codes.tier(item.code) != "cause":
+                continue
+            said = next((e for e in item.evidence if e.get("path") == log["path"]
+                         and GPU_BACKEND_RE.search(str(e.get("text") or ""))), None)
+            if said is None:
+                continue
+            sig = signatures.match_line(str(said.get("text") or ""))
+            item.severity = sig.severity if sig is not None and sig.code == item.code else "error"
+            item.summary += "; the run fell back to the CPU"
+            item.evidence.append(ev(log["path"], int(log.get("first_line") or 1) + at, lines[at]))
 
 
 def now_of(facts: Dict[str, Any]) -> float:
@@ -361,8 +416,9 @@ def _log_ev(log: Dict[str, Any], at: int) -> Any:
 # -- step 7: finished? then the verdict ----------------------------------------------------------------
 def completion(facts: Dict[str, Any], procs: Processes, items: List[Item], now: float) -> Optional[Item]:
     """A run that completed: a completion line is the last word of its log, nothing of the benchmark is
-    alive, and no current failure came after it. Failures before it become history."""
-    if procs.bench:
+    alive (or only its shell script, left waiting on idle helpers), and no current failure came after it. Failures
+    before it become history."""
+    if procs.bench and not wrappers_left_waiting(facts, procs):
         return None
     bench_re = compile_progress((facts.get("benchmark") or {}).get("progress"))
     found: List[Tuple[float, Dict[str, Any], int]] = []
@@ -449,6 +505,7 @@ def analyze(facts: Dict[str, Any]) -> DiagnosisResult:
     slowdown(facts, progress, procs, now, items)
     warnings_while_working(facts, progress, procs, live, items)
     causes_named_by_the_failure(facts, items)
+    cpu_fallback(facts, procs, items)
     gpu_state(facts, procs, live, items, steps, notes)
     health_step(facts, items, steps)  # NVML's ECC counters and Xid events: hardware evidence (nvmlhealth.py)
     procs = still_loading(facts, progress, procs, live, steps)

@@ -44,6 +44,16 @@ COMPLETION: List[Pattern[str]] = [re.compile(p, _I) for p in (
     r"\b\d+ (?:epochs?|steps|iterations|iters) (?:completed|finished|done)\b",
     r"^\s*(?:\[[^\]]{1,40}\]\s*)?(?:all )?(?:done|finished|complete|completed)\s*[.!]*\s*$",
     r"\bexit(?:ed)?(?:\s+with)?\s+(?:code|status)\s*[:=]?\s*0\b(?!\.\d)",
+    # "Done: 1 file(s), 292.1 s of audio in 51.6 s", "[INFO] Done in 12.3s": the run's own closing word, first on its
+    # line after a log prefix at most
+    r"(?:^|^\W*[\d:.,/ T-]{8,}\s*(?:\w+\s+)?|\]\s*|\b(?:INFO|NOTICE)\b:?\s*)(?:all )?(?:done|finished)"
+    r"(?:\s*:\s+\w|\s+in\s+[\d.:]+\s*(?:ms|s|sec|secs|seconds|m|min|mins|minutes|h|hours)?\b)",
+    # the work counted to its total: "Progress.....: 14344384/14344384 (100.00%)" (hashcat), "24/24 frames written"
+    r"\b([1-9]\d*)\s*/\s*\1\b(?![\d.])\s*(?:\(\s*100(?:\.0+)?\s*%\s*\)|(?:[\w()-]+\s+){1,3}?(?:written|saved"
+    r"|rendered|processed|done|completed|finished|uploaded|transferred|converted|exported|transcribed|encoded"
+    r"|generated|verified|passed|succeeded)\b)",
+    r"\b(?:wrote|saved|rendered|processed|completed|finished|uploaded|transferred|converted|exported|transcribed"
+    r"|encoded|generated|verified|passed)\s+([1-9]\d*)\s*/\s*\1\b(?![\d.])",
     # it wrote its results
     r"\b(?:saved|wrote|written|exported|stored)\s+(?:the\s+)?(?:final\s+|trained\s+|fine-?tuned\s+|best\s+)?"
     r"(?:model|weights|adapter|checkpoint|results?|outputs?|predictions|report|summary|metrics)\s+(?:to|at|in|into)\b",

@@ -142,7 +142,9 @@ def _classify(hit: Dict[str, Any], lines: List[str], index: int) -> Optional[Dic
         cause = _panic_cause(hit, lines, index)
         if cause is not None:
             cause["severity"] = capped(cause["severity"], level_cap(text))
-            return cause
+            if cause["code"] not in DOWNLOADISH:
+                return cause
+            hit = cause  # a connection that broke: a download's, when a download meter was under way
     hit["severity"] = capped(hit["severity"], level_cap(text))
     if hit["code"] == "download_failed" and signatures.UNAUTHORIZED.search(text) and not any(
             signatures.NOT_CREDENTIALS.search(t) for t in lines[max(0, index - 25):index + 25]):

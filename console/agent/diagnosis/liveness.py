@@ -70,7 +70,11 @@ LOADING_RE = re.compile(
     r"|\bbuild(?:s|ing)? (?:the |an? )?(?:\w+ )?(?:engine|extension|wheel|kernels?)\b|\bprofil(?:e|ing) run\b"
     # preparing the data before the first step: tokenizing, datasets' map/filter passes, split generation
     r"|\btokeniz(?:e|es|ing)\b|\bRunning tokenizer\b|^\s*(?:Map|Filter)\b[^:]{0,40}:\s*\d+%"
-    r"|\bGenerating \w+ split\b|\bGrouping texts\b|\bpre-?process(?:es|ing)\b",
+    r"|\bGenerating \w+ split\b|\bGrouping texts\b|\bpre-?process(?:es|ing)\b"
+    # waiting on a job it submitted to a remote service (ColabFold's MSA server): a meter named by the job's state,
+    # a poll that sleeps on it
+    r"|(?-i:\b(?:PENDING|QUEUED|RUNNING|SUBMITTED)\b)\s*:\s*\d{1,3}(?:\.\d+)?\s?%"
+    r"|\b(?:sleep|wait|poll)\w*\b.{0,40}(?-i:\b(?:PENDING|QUEUED|RUNNING)\b)",
     re.IGNORECASE,
 )
 # programs that build what the run needs before it starts: a JIT-compiled extension (ninja, cc1plus, nvcc),

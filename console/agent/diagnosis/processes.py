@@ -36,6 +36,31 @@ def _in_wait(rec: Dict[str, Any]) -> bool:
     return wchan.startswith("do_wait") or wchan in ("kernel_wait4", "do_sys_wait4")
 
 
+SHELLS = frozenset(("bash", "sh", "dash", "zsh", "ksh", "ash"))
+
+
+def wrappers_left_waiting(facts: Dict[str, Any], procs: Processes) -> bool:
+    """Every live benchmark process is a shell script blocked in ``wait`` whose children are idle helpers, none of
+    them a benchmark program (a ``render.sh`` whose last line waits on a ``tail -f``, a monitor, a sleep it put in
+    the background), and no GPU works: the script's work is over, whatever it still waits for."""
+    if not procs.bench:
+        return False
+    self_pids = set(int(p) for p in facts.get("self_pids") or [])
+    processes = [r for r in facts.get("processes") or [] if int(r["pid"]) not in self_pids]
+    kids = children_map(processes)
+    for top in procs.bench:
+        if str(top.get("name") or "") not in SHELLS or not _in_wait(top):
+            return False
+        for _, r in descendants(top["pid"], kids):
+            if not alive(r):
+                continue
+            if matches_program(r, procs.match_pats) or r.get("state") not in ("S", "I", "T", "t") \
+                    or float(r.get("cpu") or 0.0) >= IDLE_CPU:
+                return False
+    devices = (facts.get("gpu") or {}).get("devices") or []
+    return all(float(d.get("util") or 0.0) <= 2.0 for d in devices)
+
+
 def benchmark_processes(facts: Dict[str, Any], items: List[Item], steps: List[Step]) -> Processes:
     """Step 1: the benchmark's processes (``benchmark_not_running`` when none is alive)."""
     now = float(facts.get("now") or 0.0)

@@ -27,8 +27,8 @@ CURL_BAR_RE = re.compile(r"^[\s#=>.\-*O]*?\s*(\d{1,3}(?:\.\d+)?)\s?%\s*$")
 # tqdm: "desc:  37%|███▋      | 1.84G/4.98G [00:07<00:11, 271MB/s]", "  1%|▏| 20/1752 [01:22<1:21:50,  2.80s/it]"
 TQDM_RE = re.compile(
     r"(?:^|[\s:])(\d{1,3})%\|[^|]*\|\s*([\d.]+\s?[kKMGTP]?i?B?)/([\d.]+\s?[kKMGTP]?i?B?)\s*"
-    r"\[(?:(\d+):)?(\d+):(\d+)(?:<[^,\]]*)?(?:,\s*([^\]]*))?\]"
-)
+    r"\[(?:elapsed:\s*)?(?:(\d+):)?(\d+):(\d+)(?:<[^,\]]*|\s+(?:remaining|left|eta):[^,\]]*)?(?:,\s*([^\]]*))?\]"
+)  # (a custom bar_format names its clocks: ColabFold's "| 106/300 [elapsed: 01:49 remaining: 03:23]")
 # wget: "c2.params   45%[========>   ] 463.25M  11.4MB/s    eta 48s"
 WGET_RE = re.compile(r"(\d{1,3})%\[[=> ]*\]\s+([\d.,]+[KMGT]?)\s+(\S+)")
 # rclone's stats block: "Transferred:   	   38.207 GiB / 61.540 GiB, 62%, 0 B/s, ETA -" (the files line has no unit)

@@ -6,6 +6,8 @@ before ``transport_error``). The patterns follow the real programs' wording (PyT
 llama.cpp/ggml, lotus, curl, wget, huggingface_hub, the NVIDIA driver and the kernel).
 ``HARMLESS``: lines that look like failures but are known noise (never a finding).
 ``COMPLETED``: lines that say a run ended well (the ``finished`` verdict).
+These and the other companion tables (panic causes, conditions and what clears them, the 401 rules) are data in
+``sigtables.py``, re-exported here.
 ``[[signature]]`` rows of fleet.toml come in through ``compile_custom`` and are tried before the built-ins, in a
 child process under a time budget per diagnosis (``CUSTOM_BUDGET``) on lines cut to ``CUSTOM_LINE_CAP``: a
 pattern that backtracks for ever costs the diagnosis that budget, not its answer (``custom_notes`` says so).
@@ -23,13 +25,24 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Dict, Iterable, List, Optional, Pattern, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .prefilter import Plan, Signature, match_line_fast, plan, triggers
+from .sigtables import (
+    CLEARED,
+    COMPLETED,
+    HARMLESS,
+    NOT_CREDENTIALS,
+    PANIC_CAUSES,
+    PANIC_PAYLOAD_END,
+    SECTION,
+    UNAUTHORIZED,
+)
 from .tails import MAX_REPAINTS, collapse_cr, progress_percent, read_tail
 
 __all__ = [
-    "COMPLETED", "CUSTOM_BUDGET", "CUSTOM_LINE_CAP", "HARMLESS", "MAX_REPAINTS", "SIGNATURES", "Plan", "Signature",
+    "CLEARED", "COMPLETED", "CUSTOM_BUDGET", "CUSTOM_LINE_CAP", "HARMLESS", "MAX_REPAINTS", "NOT_CREDENTIALS",
+    "PANIC_CAUSES", "PANIC_PAYLOAD_END", "SECTION", "SIGNATURES", "UNAUTHORIZED", "Plan", "Signature",
     "builtin_plan", "collapse_cr", "compile_custom", "custom_notes", "is_completion", "is_harmless", "match_line",
     "match_line_fast", "plan", "progress_percent", "read_tail", "scan_lines", "triggers",
 ]
@@ -66,11 +79,15 @@ SIGNATURES: List[Signature] = [
          "not registered with the daemon): install nvidia-container-toolkit, run nvidia-ctk runtime configure, "
          "restart the daemon"),
     _sig("driver_mismatch", "critical",
-         r"Driver/library version mismatch|NVRM: API mismatch|CUDA driver version is insufficient"
+         r"Driver/library version mismatch|NVRM: API mismatch|NVML/RM version mismatch"
+         r"|CUDA driver version is insufficient"
          r"|cudaErrorInsufficientDriver|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH|driver on your system is too old"
          r"|unsupported display driver / cuda driver combination"
          r"|forward compatibility was attempted on non supported HW"
-         r"|CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE|PTX was compiled with an unsupported toolchain",
+         r"|CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE|PTX was compiled with an unsupported toolchain"
+         # code built by a newer toolkit or SDK than the driver knows: PTX (CUDA 222), the NVENC API (ffmpeg, OBS)
+         r"|CUDA_ERROR_UNSUPPORTED_PTX_VERSION|cudaErrorUnsupportedPtxVersion"
+         r"|Driver does not support the required nvenc API version|minimum required Nvidia driver for nvenc is",
          "the NVIDIA driver and the CUDA libraries disagree (driver too old for the runtime, or upgraded "
          "under a loaded kernel module): update the driver or reboot, or use a build for this driver"),
     _sig("gpu_faulty", "critical",
@@ -118,14 +135,16 @@ SIGNATURES: List[Signature] = [
          r"|unable to access MOUNTPOINT"
          # Lustre's client losing its metadata/object server: operations wait for recovery
          r"|Connection to \S+ \(at [^)]+\) was lost|will wait for recovery to complete"
-         r"|Request sent has timed out for (?:slow reply|sent delay)",
+         r"|Request sent has timed out for (?:slow reply|sent delay)"
+         # an SMB/CIFS server that stopped answering: the client reconnects while the job waits
+         r"|CIFS:? VFS: .{0,120}\bhas not responded in \d+ seconds",
          "network or FUSE storage stopped answering (NFS server not responding, tasks blocked in the kernel, a dead "
          "s3fs/FUSE mount): the job waits on it; check the server or remount"),
     _sig("resource_limit", "error",
          r"Too many open files|\bEMFILE\b|os error 24\b|Errno 24\]|Os \{ code: 24,|can't start new thread"
          r"|fork: (?:retry: )?Resource temporarily unavailable|pthread_create.{0,80}Resource temporarily unavailable"
          r"|Thread creation failed: Resource temporarily unavailable|failed to create new OS thread"
-         r"|RLIMIT_NPROC|RLIMIT_NOFILE|file-max limit \d+ reached"
+         r"|RLIMIT_NPROC|RLIMIT_NOFILE|file-max limit \d+ reached|fork rejected by pids controller"
          r"|received 0 items of ancdata|JavaScript heap out of memory|Reached heap limit Allocation failed"
          # RDMA memory registration under a small locked-memory limit (ulimit -l): NCCL/UCX/MPI over InfiniBand
          r"|ibv_reg_mr\w*\b.{0,80}(?:Cannot allocate memory|failed)|\bRLIMIT_MEMLOCK\b|max locked memory"
@@ -147,7 +166,11 @@ SIGNATURES: List[Signature] = [
          # allocators' own words: Paddle's, ONNX Runtime's arena, HIP (AMD)
          r"|Out of memory error on GPU|Cannot allocate [\d.]+\s*[KMGT]?i?B memory on GPU"
          r"|BFCArena\b.{0,200}Failed to allocate memory|Failed to allocate memory for requested buffer of size"
-         r"|HIP out of memory|hipErrorOutOfMemory",
+         r"|HIP out of memory|hipErrorOutOfMemory"
+         # a device allocation call out of memory (Blender Cycles), RMM's pools (RAPIDS, dask-cuda), CuPy's pool
+         r"|Out of memory in cu(?:Mem|da)\w*|System is out of GPU(?: and shared host)? memory"
+         r"|out_of_memory: RMM failure|\bMaximum pool size exceeded|cupy\.cuda\.memory\.OutOfMemoryError"
+         r"|Out of memory allocating [\d,]+ bytes \(allocated so far|out of memory to allocate \d+ bytes \(total",
          "GPU memory ran out (batch/model/context too large for this GPU, or another process holds memory)"),
     _sig("host_memory_exhausted", "error",
          r"memory allocation of \d+ bytes failed|std::bad_alloc|(?<![\w.])MemoryError\b(?!: CUDA)"
@@ -177,7 +200,10 @@ SIGNATURES: List[Signature] = [
          r"|Permission denied \((?:publickey|password|keyboard-interactive|gssapi|hostbased)[\w,-]*\)"
          r"|unauthorized: (?:authentication required|incorrect username or password)|no basic auth credentials"
          r"|denied: requested access to the resource is denied|pull access denied for"
-         r"|fatal: Authentication failed for|remote: (?:Invalid username or password|HTTP Basic: Access denied)",
+         r"|fatal: Authentication failed for|remote: (?:Invalid username or password|HTTP Basic: Access denied)"
+         # authenticated, but the identity may not do this (Azure's data-plane roles, an IAM policy, a GCS role)
+         r"|AuthorizationPermissionMismatch|\bAuthorizationFailure\b|not authorized to perform this operation"
+         r"|is not authorized to perform: [\w-]+:\w+|Permission '[\w.]+' denied on resource",
          "the storage or model hub refused the credentials (key unknown, expired token, wrong secret, no access "
          "granted): fix the key/token or its permissions; retrying does not help"),
     _sig("permission_denied", "error",
@@ -207,6 +233,7 @@ SIGNATURES: List[Signature] = [
          r"|Loaded runtime CuDNN library: [\d.]+ but source was compiled with|but source was compiled with: [\d.]+"
          r"|CuDNN library needs to have matching major version|cuDNN version incompatibility"
          r"|Loaded cuDNN version [\d.]+ but .{0,80}compiled (?:with|against)|was compiled against cuDNN"
+         r"|\bwas built against version [\d.]+, which is newer|must be at least as new as the version against which"
          # an import-time version check (OpenMMLab's, transformers' require_version)
          r"|\bis used but incompatible\b|\bis required for a normal functioning of this module, but found\b"
          # a binary built for another GPU generation (compute capability)
@@ -219,7 +246,8 @@ SIGNATURES: List[Signature] = [
     _sig("library_missing", "error",
          r"error while loading shared libraries|cannot open shared object file|Could not load library \S+\.so"
          r"|Unable to load any of \{|Library \S+ is not found or cannot be loaded|dlopen failed"
-         r"|dlopen\([^)]*\) failed|failed to dlopen|libcuda\.so\S* cannot (?:be )?found",
+         r"|dlopen\([^)]*\) failed|failed to dlopen|libcuda\.so\S* cannot (?:be )?found"
+         r"|NvvmSupportError|libNVVM cannot be found|\blibrary (?:nvvm|nvrtc|cudart|cudadevrt) not found",
          "a shared library cannot be loaded (not installed, or not on LD_LIBRARY_PATH; libcuda.so: the driver's "
          "library is not mounted into the container): install it or fix the library path"),
     _sig("install_failed", "error",
@@ -303,7 +331,7 @@ SIGNATURES: List[Signature] = [
     _sig("transport_error", "error",
          r"broken pipe|transport error|connection reset|status: Unavailable|message length too large"
          r"|message too large|h2 protocol error|GOAWAY|error trying to connect|Connection refused"
-         r"|EPIPE\b|ECONNRESET\b",
+         r"|EPIPE\b|ECONNRESET\b|IncompleteMessage|connection closed before message completed",
          "an RPC/HTTP2 connection broke (daemon died or closed the stream, or a request was too large)"),
     _sig("panic", "error", r"thread '[^']*'(?: \(\d+\))? panicked at|\bRust panic: |^panic: |^fatal error: "
          r"|goroutine \d+ \[running\]",
@@ -344,75 +372,8 @@ SIGNATURES: List[Signature] = [
          "an input file or path was missing"),
 ]
 
-# Known-harmless lines: they look like failures but the program carries on (data only; one regex a row).
-HARMLESS: List[Pattern[str]] = [re.compile(p) for p in (
-    r"ggml_cuda_host_malloc: failed to allocate .* of pinned memory",  # llama.cpp falls back to pageable memory
-    r"NCCL INFO",  # NCCL_DEBUG=INFO chatter (a missing optional plugin, topology probing)
-    r"libnccl-net\.so|NET/Plugin ?: (?:No plugin found|Plugin load returned)",  # optional NCCL network plugin
-    r"Failed to import from vllm\._C with ModuleNotFoundError",  # vLLM warns, then uses its Python fallbacks
-    r"Could not load dynamic library '.*'; dlerror",  # TensorFlow's optional-library probing
-    r"\[c10d\] The client socket has failed to connect to .*\(errno: 111",  # torch retries until the store is up
-    r"huggingface/tokenizers: The current process just got forked",
-    r"TypedStorage is deprecated|FutureWarning|DeprecationWarning",
-    # pip's resolver notice about packages already installed: the install goes on ("Successfully installed")
-    r"pip's dependency resolver does not currently take into account",
-    r"from LD_PRELOAD cannot be preloaded .*: ignored",  # the loader skips a missing preload and goes on
-    # a container's read-only system paths (ldconfig's cache, sysctl, /proc/sys), not a failing disk
-    r"(?:\bldconfig\S*:|\bsysctl:|[\s'\"]/(?:etc|usr|proc|sys)/).{0,160}Read-only file system"
-    r"|Read-only file system:? ['\"]?/(?:etc|usr|proc|sys)/",
-)]
-
-# What a panic's message names (the panic line itself, or the lines after a `panicked at file:line:col:` header
-# up to the `note:`/backtrace): the cause it only reports. Rust prints io errors as `Os { code: N, kind, message }`.
-PANIC_CAUSES: List[Tuple[str, Pattern[str]]] = [(code, re.compile(p, re.IGNORECASE)) for code, p in (
-    ("cuda_oom",
-     r"CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|(?<!runtime: )(?<!heap )\bout of (?:device |GPU )?memory\b"),
-    ("disk_full", r"\bcode: 28\b|No space left|StorageFull|\bENOSPC\b"),
-    ("resource_limit", r"\bcode: 24\b|Too many open files|\bEMFILE\b"),
-    ("permission_denied", r"\bcode: 13\b|Permission denied|PermissionDenied|\bEACCES\b"),
-    ("io_error", r"Os \{ code: (?:5|30)\b|Input/output error|Read-only file system|ReadOnlyFilesystem"),
-)]
-PANIC_PAYLOAD_END = re.compile(r"^note: run with|^stack backtrace:|^\s*$|^goroutine \d+ \[")
-
-# Conditions rather than events: they hold until the log (or the kernel log) says they ended, and progress
-# after them does not end them. code -> [(the line that sets one, its group naming which; the line that clears
-# that one, ``{0}`` standing for the name)]; an empty set pattern: any hit of the code, cleared by the line.
-_CLEARED_ROWS: Dict[str, List[Tuple[str, str]]] = {
-    "throttled": [
-        (r"\b(HW Slowdown|HW Thermal Slowdown|HW Power Brake Slowdown|SW Thermal Slowdown)\s*:\s*Active\b",
-         r"\b{0}\s*:\s*Not Active\b"),
-        (r"<(clocks_(?:event|throttle)_reasons?_(?:hw_slowdown|hw_thermal_slowdown|hw_power_brake_slowdown"
-         r"|sw_thermal_slowdown))>Active<", r"<{0}>Not Active<"),
-        (r"\b(CPU\d+: (?:Core|Package)) temperature above threshold", r"\b{0} temperature/speed normal"),
-    ],
-    "diverged": [(r"", r"loss[\"']?\s*[:=]\s*[\"']?[-+]?\d")],  # a finite loss again
-    "storage_stall": [(r"nfs: server (\S+) not responding", r"nfs: server {0} OK")],
-}
-CLEARED: Dict[str, List[Tuple[Pattern[str], str]]] = {
-    code: [(re.compile(a, re.IGNORECASE), b) for a, b in rows] for code, rows in _CLEARED_ROWS.items()}
-# a report of several devices names each in a header line (``nvidia-smi -q``: ``GPU 00000000:01:00.0``, its XML
-# ``<gpu id="...">``): a device's condition is cleared only by a line under the same device's header
-SECTION = re.compile(r"^\s*GPU [0-9A-F]{4,8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-9A-F]\s*$|<gpu id=\"[^\"]+\">",
-                     re.IGNORECASE)
-
-# A 401 (or "Unauthorized") on a download is the credentials refused, unless the hub says the repo is gated or
-# missing (a 401 for a gated or unknown repo stays a failed download).
-UNAUTHORIZED = re.compile(r"\b401 (?:Client Error|Unauthorized)|(?:error|ERROR|HTTP\S*|status|code)[: ]+401\b"
-                          r"|Unauthorized for url", re.IGNORECASE)
-NOT_CREDENTIALS = re.compile(r"gated repo|GatedRepoError|Repository Not Found|RepositoryNotFoundError"
-                             r"|authorized list|RevisionNotFoundError|EntryNotFoundError", re.IGNORECASE)
-
-# A run that ended well says so (the ``finished`` verdict, when nothing of the benchmark runs any more).
-COMPLETED: List[Pattern[str]] = [re.compile(p, re.IGNORECASE) for p in (
-    r"\bbenchmark (?:finished|completed?|done)\b",
-    r"\btraining (?:completed|finished)\b",
-    r"\b(?:finished|completed) successfully\b",
-    r"\bexited with (?:status|code) 0\b",
-    r"^build: [0-9a-f]{6,40} \(\d+\)\s*$",  # llama-bench's last line
-    r"^\*+ (?:train|eval) metrics \*+$",
-    r"^=+ (?:benchmark )?summary =+$",
-)]
 # fmt: on
+
 
 SIGNATURE_CODES = [s.code for s in SIGNATURES]
 
