@@ -424,10 +424,14 @@ class Runner:
         return str(path), args
 
     def _shell_script(self, spec: dict[str, Any], run: Path) -> str:
-        """A bash stand-in: starts its children in the background, then waits (entrypoint.sh, benchmark.sh)."""
+        """A bash stand-in: starts its children in the background, then waits (entrypoint.sh, benchmark.sh); one
+        whose state is ``exit`` (or ``zombie``) ends with its ``exit_code`` instead, its children left running."""
         lines = ["#!/bin/bash"]
         for child in spec.get("children", []):
             lines.append(self._launch_line(child, run) + " &")
+        if spec.get("state") in ("exit", "zombie"):
+            lines.append(f"exit {int(spec.get('exit_code', 0))}")
+            return "\n".join(lines) + "\n"
         if not spec.get("children"):
             lines.append("sleep 100000 &")
         lines.append("wait")
