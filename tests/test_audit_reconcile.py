@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 from tests.faultproxy import FaultProxy
 from tests.support.sshd import Sshd
 from tests.support.wait import until, until_sync
@@ -68,6 +70,14 @@ def open_intents(tmp_path: Path) -> list[str]:
     return [item["intent"] for item in lines if "intent" in item and item["intent"] not in done]
 
 
+def stopping(bench: subprocess.Popen[bytes]) -> bool:
+    """The benchmark got its SIGTERM: its trap's ``sleep 3`` runs."""
+    try:
+        return any(child.cmdline() == ["sleep", "3"] for child in psutil.Process(bench.pid).children())
+    except psutil.Error:
+        return bench.poll() is not None
+
+
 def stop_benchmarks(tmp_path: Path) -> None:
     subprocess.run(["pkill", "-KILL", "-f", str(tmp_path / "slowbench.sh")], check=False)
 
@@ -79,6 +89,8 @@ def test_a_restart_whose_console_was_killed_is_audited_by_the_next_start(sshd: S
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         until_sync(lambda: open_intents(tmp_path), 30, "the restart's intent in the pending file", interval=0.1)
+        # the request sent (the intent is written first, then the request: a stop in between would keep it here)
+        until_sync(lambda: stopping(bench), 30, "the agent to start stopping the old benchmark", interval=0.1)
         restart.send_signal(signal.SIGSTOP)  # the console still exists: its intent is pending, not unknown
         shown = cli(tmp_path, "history")
         assert "box1" in shown.stdout and "restart sent" in shown.stdout and "outcome not known yet" in shown.stdout
