@@ -17,6 +17,7 @@ from console.agent.sample import procfs, procreader
 from console.agent.sample import procs as procs_mod
 from console.agent.sample.procfs import read_wchan
 from console.agent.sample.procs import ProcSampler, read_process_table
+from tests.support.procs import pid_namespace_argv
 from tests.support.wait import until_sync
 
 BACKENDS = ["psutil", "proc"]
@@ -243,12 +244,9 @@ print(json.dumps(out))
 def _in_pid_namespace(script: str) -> dict:
     """Run ``script`` (Python, printing one JSON object) as pid 1's child in a new PID namespace with its own
     /proc: only the script's processes are there, whatever else runs on this machine (other test workers)."""
-    argv = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
-    if os.geteuid() != 0:
-        argv[1:1] = ["--user", "--map-root-user"]
     try:
         out = subprocess.run(
-            [*argv, sys.executable, "-c", script],
+            [*pid_namespace_argv(), sys.executable, "-c", script],
             capture_output=True,
             timeout=60,
             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),

@@ -7,7 +7,6 @@ tests' processes would rightly make the agent read the table at every sample).""
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -18,18 +17,12 @@ from pathlib import Path
 import pytest
 
 from console.agent.wire import config as agent_config
+from tests.support.procs import pid_namespace_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 # works (~10 % of a core) for 4.5 s, then stops itself (state T): no process starts or ends for it
 WORKING = ("import os, signal, time\nend = time.monotonic() + 4.5\nwhile time.monotonic() < end:\n"
            "    time.sleep(0.05)\n    sum(range(300000))\nos.kill(os.getpid(), signal.SIGSTOP)\n")
-
-
-def _namespace_argv() -> list[str]:
-    argv = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
-    if os.geteuid() != 0:
-        argv[1:1] = ["--user", "--map-root-user"]
-    return argv
 
 
 @pytest.mark.slow
@@ -42,7 +35,7 @@ def test_a_new_process_shows_at_once_and_other_changes_at_the_table_pace() -> No
         f"exec {sys.executable} -m console.agent --no-stdin --max-seconds 20 --config {agent_config.encode(cfg)}"
     )
     try:
-        proc = subprocess.Popen([*_namespace_argv(), "sh", "-c", script], cwd=str(ROOT), stdout=subprocess.PIPE,
+        proc = subprocess.Popen([*pid_namespace_argv(), "sh", "-c", script], cwd=str(ROOT), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
     except FileNotFoundError:
         pytest.skip("no unshare (util-linux)")

@@ -36,6 +36,12 @@ def _in_wait(rec: Dict[str, Any]) -> bool:
     return wchan.startswith("do_wait") or wchan in ("kernel_wait4", "do_sys_wait4")
 
 
+def observed(facts: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The host's processes less the diagnosis's own (``self_pids``)."""
+    self_pids = set(int(p) for p in facts.get("self_pids") or [])
+    return [r for r in facts.get("processes") or [] if int(r["pid"]) not in self_pids]
+
+
 SHELLS = frozenset(("bash", "sh", "dash", "zsh", "ksh", "ash"))
 
 
@@ -45,8 +51,7 @@ def wrappers_left_waiting(facts: Dict[str, Any], procs: Processes) -> bool:
     the background), and no GPU works: the script's work is over, whatever it still waits for."""
     if not procs.bench:
         return False
-    self_pids = set(int(p) for p in facts.get("self_pids") or [])
-    processes = [r for r in facts.get("processes") or [] if int(r["pid"]) not in self_pids]
+    processes = observed(facts)
     kids = children_map(processes)
     for top in procs.bench:
         if str(top.get("name") or "") not in SHELLS or not _in_wait(top):
@@ -67,8 +72,7 @@ def benchmark_processes(facts: Dict[str, Any], items: List[Item], steps: List[St
     bench_cfg = facts.get("benchmark") or {}
     match_pats = compile_patterns(bench_cfg.get("match"))
     entry_pats = compile_patterns(bench_cfg.get("entrypoint"))
-    self_pids = set(int(p) for p in facts.get("self_pids") or [])
-    processes = [r for r in facts.get("processes") or [] if int(r["pid"]) not in self_pids]
+    processes = observed(facts)
     entry = [r for r in processes if entry_pats and matches_program(r, entry_pats) and alive(r)]
     entry_pids = {r["pid"] for r in entry}
     bench_all = [r for r in processes if match_pats and matches_program(r, match_pats) and r["pid"] not in entry_pids]
@@ -104,8 +108,7 @@ def benchmark_processes(facts: Dict[str, Any], items: List[Item], steps: List[St
 
 def entrypoint_tree(facts: Dict[str, Any], procs: Processes, items: List[Item], steps: List[Step]) -> None:
     """Step 2: the innermost entrypoint's tree (``waiting_on_child`` when only idle children remain)."""
-    self_pids = set(int(p) for p in facts.get("self_pids") or [])
-    processes = [r for r in facts.get("processes") or [] if int(r["pid"]) not in self_pids]
+    processes = observed(facts)
     kids = children_map(processes)
     entry_pids = {r["pid"] for r in procs.entry}
     entry_pats = compile_patterns((facts.get("benchmark") or {}).get("entrypoint"))
