@@ -225,7 +225,9 @@ out["quiet"] = sampler.listings  # nothing created or reaped: the known pids are
 root.stdin.write(b"go\\n")
 root.stdin.flush()
 deadline = time.monotonic() + 20
-while len(read_process_table({"proc_root": root.pid})) < 2 and time.monotonic() < deadline:
+def has_sleep():  # the shell's child exists as "sh" between its fork and its exec of sleep: wait for the exec
+    return any(r["name"] == "sleep" for r in read_process_table({"proc_root": root.pid}))
+while not has_sleep() and time.monotonic() < deadline:
     time.sleep(0.05)
 out["unseen_frame"] = sampler.sample({})
 out["unseen"] = sampler.listings  # the signature did not move: not listed (a real loadavg would have moved)

@@ -220,9 +220,9 @@ class Agent:
         action_id = req["args"].get("action_id")  # a destructive action: journaled, so a console that lost
         if not isinstance(action_id, str):  # the link can ask later what it did (op ``journal``)
             action_id = None
-        if action_id is not None:
-            self.journal.begin(action_id, req["op"])
         try:
+            if action_id is not None:
+                self.journal.begin(action_id, req["op"])
             data = handler(self, req["args"])
         except Exception as exc:  # answer every request, whatever happened
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()

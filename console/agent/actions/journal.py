@@ -54,8 +54,8 @@ class Journal:
             if self.path is None:
                 return
             line = (json.dumps(entry, separators=(",", ":"), default=str) + "\n").encode("utf-8")
-            try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            try:  # read and write: compacting reads the file back through this descriptor
+                fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
             except OSError:
                 return  # the memory copy still answers while this agent lives
             try:
@@ -64,6 +64,8 @@ class Journal:
                 os.fsync(fd)
                 if os.fstat(fd).st_size > MAX_BYTES:
                     self._compact(fd)
+            except OSError:
+                pass  # a full disk or a bad file costs the record, never the action or its answer
             finally:
                 os.close(fd)  # closing releases the lock
 
