@@ -23,7 +23,8 @@ def _grow_past_the_bound(path: Path, count: int) -> None:
     """Entries appended the way an old agent wrote them, without any compaction: past ``MAX_BYTES``."""
     with path.open("a") as fh:
         for i in range(count):
-            fh.write(json.dumps({"id": "old%05d" % i, "op": "restart", "state": "done", "ok": True, "data": BIG}) + "\n")
+            entry = {"id": "old%05d" % i, "op": "restart", "state": "done", "ok": True, "data": BIG}
+            fh.write(json.dumps(entry) + "\n")
     assert path.stat().st_size > journal_mod.MAX_BYTES
 
 
