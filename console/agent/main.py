@@ -17,10 +17,9 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional
 
-from . import AGENT_VERSION
+from . import AGENT_VERSION, pidlock
 from .actions.journal import Journal
 from .ops import OPS, Handler
-from .pidlock import take_over
 from .sample.gpu import GpuSampler
 from .sample.logs import LogFollower
 from .sample.procfs import task_signature
@@ -355,7 +354,7 @@ def main(argv: List[str]) -> int:
     except ValueError:  # not the main thread
         pass
     if args.state_dir and args.console_id:
-        threading.Thread(target=take_over, args=(os.path.expanduser(args.state_dir), args.console_id),
+        threading.Thread(target=_take_over, args=(os.path.expanduser(args.state_dir), args.console_id),
                          daemon=True, name="take-over").start()
     if not args.no_stdin:
         reader = threading.Thread(target=agent.read_requests, args=(sys.stdin.buffer,), daemon=True)
@@ -364,6 +363,14 @@ def main(argv: List[str]) -> int:
         return agent.run(args.max_seconds)
     except KeyboardInterrupt:
         return 0
+    finally:
+        pidlock.release()
+
+
+def _take_over(state_dir: str, console_id: str) -> None:
+    """Replace the link's older agent, then clear the pid files of links gone for a day (in the background)."""
+    pidlock.take_over(state_dir, console_id)
+    pidlock.sweep(state_dir)
 
 
 def _config_from_stdin() -> AgentConfig:

@@ -5,6 +5,11 @@ it), the old agent may still run when the console reconnects. Each agent started
 ``fcntl.flock`` on ``agent-<console id>.pid`` in its directory; the next one for the same link finds the
 lock held, sends the holder SIGTERM (it finishes the request it is running, e.g. a restart, and exits),
 waits for the lock, and SIGKILLs it after ``GRACE`` seconds. A dead agent's lock is free at once.
+
+Every console link has its own id, so the files would pile up on a host (one per console start): an agent
+removes its own file when it exits (``release``), and the first agent of a link sweeps the files of links gone
+for a day (``sweep``). Both remove a file only while holding its lock; a waiter whose lock turns out to be on a
+removed file opens the path again.
 """
 
 from __future__ import annotations
@@ -15,10 +20,12 @@ import os
 import re
 import signal
 import time
-from typing import Optional
+from typing import Dict, Optional
 
 GRACE = 30.0  # seconds an old agent has to finish what it runs after SIGTERM
+STALE_AFTER = 86400.0  # an unlocked pid file untouched this long belongs to a link that is gone
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_held: Dict[str, int] = {}  # path -> the locked fd this process holds
 
 
 def take_over(directory: str, console_id: str, grace: float = GRACE) -> Optional[int]:
@@ -29,25 +36,82 @@ def take_over(directory: str, console_id: str, grace: float = GRACE) -> Optional
     if not _ID.match(console_id):
         return None
     path = os.path.join(directory, "agent-%s.pid" % console_id)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    except OSError:
-        return None
-    if not _try_lock(fd):
-        old = _read_pid(fd)
-        if old is not None and old > 1 and old != os.getpid():
-            _signal(old, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while not _try_lock(fd):
-            if time.monotonic() >= deadline:
-                if old is not None and old > 1 and old != os.getpid():
-                    _signal(old, signal.SIGKILL)
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                break
-            time.sleep(0.1)
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError:
+            return None
+        _lock_replacing(fd, grace)
+        if _is_at(fd, path):
+            break
+        os.close(fd)  # the old agent removed the file as it left: lock the one at the path now
     os.ftruncate(fd, 0)
     os.pwrite(fd, ("%d\n" % os.getpid()).encode("ascii"), 0)
+    _held[path] = fd
     return fd
+
+
+def release() -> None:
+    """Remove the pid files this process holds (at exit): the lock is held while the file goes."""
+    for path, fd in list(_held.items()):
+        if _is_at(fd, path):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        os.close(fd)
+        del _held[path]
+
+
+def sweep(directory: str, now: Optional[float] = None, older_than: float = STALE_AFTER) -> int:
+    """Remove the pid files of links gone for ``older_than`` s (unlocked, untouched); the number removed."""
+    now = time.time() if now is None else now
+    removed = 0
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith("agent-") and n.endswith(".pid")]
+    except OSError:
+        return 0
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            if now - os.fstat(fd).st_mtime >= older_than and _try_lock(fd) and _is_at(fd, path):
+                os.unlink(path)
+                removed += 1
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _lock_replacing(fd: int, grace: float) -> None:
+    """Take ``fd``'s lock; its holder (an older agent of the link) gets SIGTERM, then SIGKILL after ``grace``."""
+    if _try_lock(fd):
+        return
+    old = _read_pid(fd)
+    if old is not None and old > 1 and old != os.getpid():
+        _signal(old, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while not _try_lock(fd):
+        if time.monotonic() >= deadline:
+            if old is not None and old > 1 and old != os.getpid():
+                _signal(old, signal.SIGKILL)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            return
+        time.sleep(0.1)
+
+
+def _is_at(fd: int, path: str) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    try:
+        st, at = os.fstat(fd), os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (at.st_dev, at.st_ino)
 
 
 def _try_lock(fd: int) -> bool:
