@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import asyncssh
 
+from console.agent.wire.loglines import clean_line
 from console.agent.wire.protocol import PROTOCOL_VERSION, encode
 from console.agent.wire.wording import lost_reason
 from console.inventory import Instance
@@ -35,6 +36,7 @@ FrameHandler = Callable[[str, dict[str, Any]], None]
 StatusHandler = Callable[[str, str, str], None]
 
 HELLO_TIMEOUT = 30.0  # seconds from starting the agent to its hello
+MAX_LOGIN_LINES = 200  # lines a login shell may print on stdout before the agent's hello (skipped)
 SILENCE_TIMEOUT = 30.0  # no frame at all for this long: the session is dead, reconnect
 MAX_LINE = 16 * 1024 * 1024
 # A session that ends within this long of its hello counts as a failed attempt: the backoff keeps growing
@@ -260,10 +262,7 @@ class AgentLink(StatusRules):
 
     async def _serve_session(self) -> None:
         self._session = await self._open_session()
-        line = await self._read_line(HELLO_TIMEOUT, "no hello from the agent")
-        hello = self._parse(line)
-        if hello is None or hello.get("type") != "hello":
-            raise SessionFailed("agent_failed", "the agent did not say hello: " + self._session.stderr_tail())
+        hello = await self._read_hello()
         if hello.get("v") != PROTOCOL_VERSION:
             raise SessionFailed("agent_failed", f"agent speaks protocol {hello.get('v')}, need {PROTOCOL_VERSION}")
         self._deliver(hello)
@@ -288,6 +287,25 @@ class AgentLink(StatusRules):
             if self._watchdog is not None:
                 self._watchdog.cancel()
                 self._watchdog = None
+
+    async def _read_hello(self) -> dict[str, Any]:
+        """The agent's first frame. Lines that are not frames before it are a login shell's (a banner or an
+        ``echo`` in ``~/.bashrc``, which sshd runs before the agent): skipped, up to ``MAX_LOGIN_LINES``."""
+        assert self._session is not None
+        deadline = time.monotonic() + HELLO_TIMEOUT
+        skipped: list[bytes] = []
+        while True:
+            line = await self._read_line(max(0.0, deadline - time.monotonic()), "no hello from the agent")
+            try:
+                frame: dict[str, Any] | None = decode(line)
+            except BadFrame:
+                frame = None
+            if frame is not None and frame.get("type") == "hello":
+                return frame
+            if frame is not None or len(skipped) >= MAX_LOGIN_LINES:
+                said = self._session.stderr_tail() or clean_line(skipped[-1].rstrip(b"\n"), 200)
+                raise SessionFailed("agent_failed", "the agent did not say hello: " + said)
+            skipped.append(line)
 
     async def _read_frames(self) -> None:
         """The steady state: each line read, checked, delivered; silence is the watchdog's business."""

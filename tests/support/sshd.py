@@ -42,6 +42,16 @@ def _setenv_lines(env: dict[str, str]) -> list[str]:
     return ["SetEnv " + " ".join(words)] if words else []
 
 
+def _banner_lines(banner: str | None) -> list[str]:
+    """A ``ForceCommand`` that prints ``banner`` on stdout (and a line on stderr) before every command, as a
+    ``~/.bashrc`` with an ``echo`` (a welcome text, conda's activation) does in the shell sshd starts."""
+    if banner is None:
+        return []
+    if any(c in banner for c in "'\"\\\n$`"):
+        raise ValueError("a login banner for the test sshd is plain text")
+    return [f"ForceCommand echo '{banner}'; echo '(base) activated' >&2; eval \"$SSH_ORIGINAL_COMMAND\""]
+
+
 # A login shell's init (root's ~/.bashrc running `pyenv init`) can wait up to 60 s on a lock that a killed
 # session left behind: every remote command then stalls. Sessions of these sshds wait at most ~1 s for it.
 HOST_SHELL_ENV = {"PYENV_REHASH_TIMEOUT": "0"}
@@ -55,7 +65,7 @@ class Sshd:
     is how tests put a fake ``libnvidia-ml.so.1`` or fake binaries in front of an agent started over SSH.
     """
 
-    def __init__(self, workdir: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, workdir: Path, env: dict[str, str] | None = None, login_banner: str | None = None) -> None:
         self.dir = workdir
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -90,6 +100,7 @@ class Sshd:
                     "MaxStartups 200",
                     "MaxSessions 50",
                     *_setenv_lines({**HOST_SHELL_ENV, **(env or {})}),
+                    *_banner_lines(login_banner),
                 ]
             )
             + "\n"
