@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from console.core.state import FleetState
+from console.inventory import Instance
 from console.link import SshLink
 from tests.recorder import Recorder
 from tests.support.sshd import Sshd, ssh_instance
@@ -33,9 +34,9 @@ def noisy_sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
         server.stop()
 
 
-def _watched(inst: object) -> tuple[SshLink, Recorder, FleetState]:
+def _watched(inst: Instance) -> tuple[SshLink, Recorder, FleetState]:
     rec, state = Recorder(), FleetState()
-    state.add_instance(inst)  # type: ignore[arg-type]
+    state.add_instance(inst)
 
     def on_frame(name: str, frame: dict) -> None:
         rec.on_frame(name, frame)
@@ -45,7 +46,7 @@ def _watched(inst: object) -> tuple[SshLink, Recorder, FleetState]:
         rec.on_status(name, status, detail)
         state.set_link_status(name, status, detail)
 
-    return SshLink(inst, on_frame, on_status), rec, state  # type: ignore[arg-type]
+    return SshLink(inst, on_frame, on_status), rec, state
 
 
 async def test_the_agent_connects_through_a_login_banner_and_answers(noisy_sshd: Sshd, tmp_path: Path) -> None:
@@ -60,7 +61,8 @@ async def test_the_agent_connects_through_a_login_banner_and_answers(noisy_sshd:
         assert not [f for f in rec.of_type("error") if "bad frame" in f.get("message", "")]
         answer = await link.request("ping", timeout=10)
         assert answer["ok"]
-        assert state.get("box1").status not in ("unreachable", "needs_action")
+        inst = state.get("box1")
+        assert inst is not None and inst.status not in ("unreachable", "needs_action")
     finally:
         await link.stop()
 
@@ -72,7 +74,9 @@ async def test_agentless_mode_reads_its_polls_through_a_login_banner(noisy_sshd:
     try:
         await rec.wait_for(lambda: link.status == "connected", what="connected", timeout=40)
         assert rec.of_type("hello")[0]["agent_version"] == "agentless"
-        found = await rec.wait_for(lambda: state.get("box1").procs.get(sleeper.pid), what="the sleep in procs")
+        inst = state.get("box1")
+        assert inst is not None
+        found = await rec.wait_for(lambda: inst.procs.get(sleeper.pid), what="the sleep in procs")
         assert found["name"] == "sleep"
     finally:
         sleeper.kill()
