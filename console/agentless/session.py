@@ -48,9 +48,14 @@ class AgentlessSession:
     ``ok: false`` and ``NEEDS_PYTHON``.
     """
 
-    def __init__(self, conn: asyncssh.SSHClientConnection, instance: Instance, probe: HostProbe) -> None:
+    def __init__(self, conn: asyncssh.SSHClientConnection, instance: Instance, probe: HostProbe,
+                 reason: str | None = None, lifetime: float | None = None) -> None:
+        """``reason``: why the agent cannot run although python can (its upload failed: a full disk); such a
+        session ends after ``lifetime`` s so that the link tries the agent again."""
         self.conn = conn
-        self.reason = reason = agentless_reason(probe, instance.python)
+        self.reason = reason = reason or agentless_reason(probe, instance.python)
+        self.refusal = NEEDS_PYTHON if probe.python != "ok" else f"needs the agent on the host (agentless: {reason})"
+        self.lifetime = lifetime
         self.host = probe.host or instance.host
         self.python = probe.python_version
         self.config = agent_config.load(agent_config.encode(instance.agent_config()))
@@ -92,7 +97,7 @@ class AgentlessSession:
             elif op == "stop":
                 pass  # the link closes the session right after; a reply here would race its cancellation
             else:
-                self._send("result", id=req["id"], ok=False, error=NEEDS_PYTHON)
+                self._send("result", id=req["id"], ok=False, error=self.refusal)
 
     def stderr_tail(self) -> str:
         return ""
@@ -162,9 +167,12 @@ class AgentlessSession:
         seq = 0
         gpu_task: asyncio.Task[dict[str, Any] | None] | None = None
         gpu_frame = first_gpu  # read before the hello (its features say the GPU state)
+        ends_at = None if self.lifetime is None else loop.time() + self.lifetime
         try:
             while True:
                 started = loop.time()
+                if ends_at is not None and started >= ends_at:
+                    raise SessionFailed("connecting", f"trying the agent again ({self.reason})")
                 # nvidia-smi runs beside the other polls and may take longer than a poll (a GPU falling off the
                 # bus can hang it for seconds): its frame goes out with the first poll after it answered.
                 if gpu_task is None and seq > 0 and self.gpu.due(time.monotonic()):

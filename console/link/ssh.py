@@ -41,6 +41,7 @@ from console.link.exec import exec_command, failure_reason
 from console.link.hostkeys import HostKeyClient, HostKeyOffer, fingerprint, read_known_hosts
 
 REMOTE_DIR = remote.REMOTE_DIR
+UPLOAD_RETRY_SECONDS = 600.0  # a host watched agentless because the agent could not be uploaded tries it again
 
 
 def journal_key(name: str) -> str:
@@ -217,7 +218,8 @@ class SshLink(AgentLink):
         if result.exit_status != 0:
             raw = result.stderr or b""
             err = (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw).strip()
-            raise SessionFailed("agent_failed", f"could not upload the agent: {err[-300:] or result.exit_status}")
+            last = err.splitlines()[-1][-300:] if err else ""  # a traceback's last line says what happened
+            raise SessionFailed("agent_failed", f"could not upload the agent: {last or result.exit_status}")
         self._upload_needed = False
 
     def agent_args(self) -> list[str]:
@@ -237,7 +239,12 @@ class SshLink(AgentLink):
             if probe.python in ("none", "old", "broken"):
                 self._conn = conn
                 return agentless_session.AgentlessSession(conn, self.instance, probe)
-            await self._ensure_agent(conn, probe.agent_present)
+            try:
+                await self._ensure_agent(conn, probe.agent_present)
+            except SessionFailed as exc:  # python runs, the agent cannot be put there (a full disk, a bad dir):
+                self._conn = conn  # watch the host without it, and try the agent again later
+                return agentless_session.AgentlessSession(conn, self.instance, probe, reason=exc.detail,
+                                                          lifetime=UPLOAD_RETRY_SECONDS)
             bundle = agent_bundle()
             command = remote.start_command(self.instance.python, bundle.remote_name, bundle.sha256, self.agent_args())
             stderr = StderrTail()

@@ -57,6 +57,16 @@ def _banner_lines(banner: str | None) -> list[str]:
 HOST_SHELL_ENV = {"PYENV_REHASH_TIMEOUT": "0"}
 
 
+def full_home(home: Path, size_kb: int = 256) -> tuple[list[str], dict[str, str]]:
+    """A ``launcher`` and ``env`` for an sshd whose sessions see ``home`` as their HOME on a full filesystem: a
+    ``size_kb`` tmpfs, mounted in a mount namespace of the sshd's own and filled (``~/fill``) before it starts."""
+    script = 'mount -t tmpfs -o size="$1"k tmpfs "$2" && (dd if=/dev/zero of="$2/fill" bs=1k 2>/dev/null; true) ' \
+             '&& shift 2 && exec "$@"'
+    home.mkdir(parents=True, exist_ok=True)
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", str(size_kb), str(home)], \
+        {"HOME": str(home)}
+
+
 class Sshd:
     """One sshd: ``start()``, ``stop()`` (kills it and every session it forked), ``restart()``.
 
@@ -65,7 +75,8 @@ class Sshd:
     is how tests put a fake ``libnvidia-ml.so.1`` or fake binaries in front of an agent started over SSH.
     """
 
-    def __init__(self, workdir: Path, env: dict[str, str] | None = None, login_banner: str | None = None) -> None:
+    def __init__(self, workdir: Path, env: dict[str, str] | None = None, login_banner: str | None = None,
+                 launcher: list[str] | None = None) -> None:
         self.dir = workdir
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -105,6 +116,7 @@ class Sshd:
             )
             + "\n"
         )
+        self.launcher = launcher or []  # runs sshd (e.g. in a mount namespace of its own: ``full_home``)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def authorize(self, public_key: bytes) -> None:
@@ -130,7 +142,7 @@ class Sshd:
         if os.geteuid() == 0:
             Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
         self.proc = subprocess.Popen(
-            [sshd, "-D", "-e", "-f", str(self.config)],
+            [*self.launcher, sshd, "-D", "-e", "-f", str(self.config)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=open(self.dir / "sshd.log", "ab"),  # noqa: SIM115 (closed by the child's exit)
