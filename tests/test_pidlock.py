@@ -48,19 +48,21 @@ def test_an_agent_replaces_its_links_old_one_and_leaves_no_pid_file(tmp_path: Pa
                 proc.wait()
 
 
-def test_the_sweep_removes_only_the_pid_files_of_links_gone_for_a_day(tmp_path: Path) -> None:
+def test_the_sweep_removes_only_what_links_and_versions_gone_for_a_day_left(tmp_path: Path) -> None:
     now = time.time()
-    for name in ("agent-gone1.pid", "agent-gone2.pid", "agent-live.pid", "agent-recent.pid", "journal-x.jsonl"):
+    old = ("agent-gone1.pid", "agent-gone2.pid", "agent-live.pid", "journal-x.jsonl", "agent-0ld.pyz", "agent-mine.pyz")
+    for name in (*old, "agent-recent.pid", "agent-new.pyz"):
         (tmp_path / name).write_text("1234\n")
-    for name in ("agent-gone1.pid", "agent-gone2.pid", "agent-live.pid", "journal-x.jsonl"):
+    for name in old:
         os.utime(tmp_path / name, (now - 3 * 86400, now - 3 * 86400))
     held = os.open(tmp_path / "agent-live.pid", os.O_RDWR)  # an agent that runs (days old file, lock held)
     try:
         fcntl.flock(held, fcntl.LOCK_EX)
-        assert pidlock.sweep(str(tmp_path), now=now) == 2
+        assert pidlock.sweep(str(tmp_path), now=now, keep="agent-mine.pyz") == 3
     finally:
         os.close(held)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["agent-live.pid", "agent-recent.pid", "journal-x.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "agent-live.pid", "agent-mine.pyz", "agent-new.pyz", "agent-recent.pid", "journal-x.jsonl"]
 
 
 def test_a_take_over_whose_file_was_removed_by_the_leaving_agent_locks_the_file_at_the_path(tmp_path: Path) -> None:

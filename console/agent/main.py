@@ -370,7 +370,7 @@ def main(argv: List[str]) -> int:
 def _take_over(state_dir: str, console_id: str) -> None:
     """Replace the link's older agent, then clear the pid files of links gone for a day (in the background)."""
     pidlock.take_over(state_dir, console_id)
-    pidlock.sweep(state_dir)
+    pidlock.sweep(state_dir, keep=os.path.basename(sys.argv[0]))  # run from a bundle: argv[0] is its path
 
 
 def _config_from_stdin() -> AgentConfig:

@@ -9,7 +9,8 @@ waits for the lock, and SIGKILLs it after ``GRACE`` seconds. A dead agent's lock
 Every console link has its own id, so the files would pile up on a host (one per console start): an agent
 removes its own file when it exits (``release``), and the first agent of a link sweeps the files of links gone
 for a day (``sweep``). Both remove a file only while holding its lock; a waiter whose lock turns out to be on a
-removed file opens the path again.
+removed file opens the path again. The sweep also removes the agent bundles of other versions untouched for a
+day (``agent-<hash>.pyz``: one per console version; a console that still uses one uploads it again).
 """
 
 from __future__ import annotations
@@ -63,15 +64,19 @@ def release() -> None:
         del _held[path]
 
 
-def sweep(directory: str, now: Optional[float] = None, older_than: float = STALE_AFTER) -> int:
-    """Remove the pid files of links gone for ``older_than`` s (unlocked, untouched); the number removed."""
+def sweep(directory: str, now: Optional[float] = None, older_than: float = STALE_AFTER, keep: str = "") -> int:
+    """Remove the pid files of links gone for ``older_than`` s (unlocked, untouched) and the bundles untouched as
+    long but ``keep`` (this agent's); the number removed."""
     now = time.time() if now is None else now
     removed = 0
     try:
-        names = [n for n in os.listdir(directory) if n.startswith("agent-") and n.endswith(".pid")]
+        names = [n for n in os.listdir(directory) if n.startswith("agent-")]
     except OSError:
         return 0
     for name in names:
+        if name.endswith(".pyz") and name != keep:
+            removed += _remove_if_older(os.path.join(directory, name), now - older_than)
+    for name in (n for n in names if n.endswith(".pid")):
         path = os.path.join(directory, name)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
@@ -86,6 +91,17 @@ def sweep(directory: str, now: Optional[float] = None, older_than: float = STALE
         finally:
             os.close(fd)
     return removed
+
+
+def _remove_if_older(path: str, cutoff: float) -> int:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+        if st.st_mtime < cutoff:
+            os.unlink(path)
+            return 1
+    except OSError:
+        pass
+    return 0
 
 
 def _lock_replacing(fd: int, grace: float) -> None:
