@@ -429,7 +429,7 @@ def test_a_dormant_parent_is_read_when_a_child_comes_and_goes(children, monkeypa
     monkeypatch.setattr(procs_mod, "COLD_PERIOD", 100.0)
     monkeypatch.setattr(procs_mod, "DORMANT_PERIOD", 100.0)
     monkeypatch.setattr(procs_mod, "task_signature", lambda: None)  # list /proc every sample
-    parent = children(["sh", "-c", "read x; sleep 0.6; read y"], stdin=subprocess.PIPE)
+    parent = children(["sh", "-c", "read x; sleep 2; read y"], stdin=subprocess.PIPE)
     sampler = ProcSampler({"proc_root": parent.pid}, backend="proc")
     sampler.sample({})
     entry = sampler._entries[parent.pid]
