@@ -200,8 +200,10 @@ def _numeric_table(lines: List[str]) -> Optional[int]:
         if not NUMERIC_ROW.match(lines[i]):
             break
         rows.append(i)
-    if len(rows) < 4 or rows[-1] == 0 or not re.search(r"[A-Za-z]{2}", lines[rows[-1] - 1]):
-        return None
+    head = lines[rows[-1] - 1] if rows and rows[-1] > 0 else ""
+    if len(rows) < 4 or not re.search(r"[A-Za-z]{2}\S*\s+\S*[A-Za-z]{2}", head) or is_failure(head) \
+            or FAILED_WORDS.search(head) or NONZERO_EXIT.search(head):
+        return None  # a header of column names over the numbers (not an error's message)
     return rows[-1]
 
 
