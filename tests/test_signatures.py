@@ -116,6 +116,10 @@ CASES = [
     ('docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].',
      "container_runtime_missing"),
     ("Failed to initialize NVML: Driver/library version mismatch", "driver_mismatch"),
+    # blind round 10's codes: the fabric between hosts, the host's clock
+    ("transport/net_ib.cc:1697 NCCL WARN NET/IB : Got completion from peer 10.0.0.2<54731> with status=12 "
+     "opcode=0 len=0 vendor err 129 (Recv)", "network_error"),
+    ("curl: (60) SSL certificate problem: certificate is not yet valid", "clock_skew"),
     ("RuntimeError: The NVIDIA driver on your system is too old (found version 11040).", "driver_mismatch"),
     ("CUDA error: 35 (0x23) cudaErrorInsufficientDriver : CUDA driver version is insufficient for CUDA runtime "
      "version", "driver_mismatch"),

@@ -16,9 +16,10 @@ from ..wire.protocol import DiagnosisResult, Evidence, Verdict
 from ..wire.timefmt import fmt_age
 from ..wire.wording import code_words, plural
 from . import codes, rank, signatures
-from .completion import last_words, words_start
+from .completion import closing_table, last_words, words_start
 from .events import PERSISTENT, SEVERITY_LEVEL, Episode, kernel_episodes, log_episodes
 from .liveness import CPU_MOVING, Liveness, assess, building, building_line, loading, loading_words
+from .mig import mig_layout
 from .motion import DOWNLOADING_RE, slowdown, stalls, warnings_while_working
 from .named_cause import causes_named_by_the_failure
 from .nvmlhealth import health_step
@@ -433,7 +434,13 @@ def completion(facts: Dict[str, Any], procs: Processes, items: List[Item], now: 
     named = {str(log["path"]) for log in facts.get("logs") or [] if log.get("configured")}
     named_done = max((t for t, log, _ in found if log["path"] in named), default=None)
     # where the last words of the logs that say "done" begin: a failure reported there is how the run ended
-    ending = {str(log["path"]): int(log.get("first_line") or 1) + words_start(log["lines"]) for _, log, _ in found}
+    # (after a results table's first row when one ends the log: the program measured and printed after what went before)
+    ending = {str(log["path"]): int(log.get("first_line") or 1) + max(words_start(log["lines"]),
+                                                                     closing_table(log["lines"]) or 0)
+              for _, log, _ in found}
+    for log in facts.get("logs") or []:  # a task's own log that ends in its failure, under a pipeline's "success"
+        if not log.get("error") and str(log["path"]) not in ending:
+            ending[str(log["path"])] = int(log.get("first_line") or 1) + words_start(log.get("lines") or [])
     for item in items:
         if item.role != "current" or SEVERITY_LEVEL.get(item.severity, 0) < 2:
             continue
@@ -506,6 +513,7 @@ def analyze(facts: Dict[str, Any]) -> DiagnosisResult:
     warnings_while_working(facts, progress, procs, live, items)
     causes_named_by_the_failure(facts, items)
     cpu_fallback(facts, procs, items)
+    mig_layout(facts, items)
     gpu_state(facts, procs, live, items, steps, notes)
     health_step(facts, items, steps)  # NVML's ECC counters and Xid events: hardware evidence (nvmlhealth.py)
     procs = still_loading(facts, progress, procs, live, steps)

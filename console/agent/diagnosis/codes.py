@@ -25,7 +25,8 @@ CODES: Dict[str, tuple] = {
     "gpu_faulty": ("hardware", 98, "GPU faulty",
                    "a burn-in, diagnostic, memory test or verification step found a GPU computing wrong results "
                    "(gpu-burn FAULTY, dcgmi diag Fail, an invalid proof): take it out of service, reset and "
-                   "retest, replace it if it repeats"),
+                   "retest, replace it if it repeats; an NVLink fault (NVLink Xid 74, 144-150) is the same: take the "
+                   "node out, reset the GPUs and NVSwitch fabric, service the baseboard if it repeats"),
     "no_gpu_driver": ("hardware", 97, "no NVIDIA driver",
                       "the NVIDIA driver is not loaded or the container cannot see the GPUs"),
     "driver_mismatch": ("hardware", 96, "driver mismatch",
@@ -42,17 +43,27 @@ CODES: Dict[str, tuple] = {
                  "a disk or filesystem failed (kernel I/O errors, a filesystem remounted read-only): check dmesg "
                  "and the device, move the data off it"),
     "disk_full": ("cause", 93, "disk full", "a filesystem is full"),
+    "mig_misconfigured": ("cause", 92, "MIG layout does not fit the job",
+                          "the job asks for GPUs that the GPU's MIG slices do not give it (a CUDA process sees one MIG "
+                          "instance): run one process per slice (CUDA_VISIBLE_DEVICES=MIG-<uuid>) or change/disable "
+                          "the MIG layout"),
     "shm_exhausted": ("cause", 92, "/dev/shm exhausted",
                       "/dev/shm is too small for NCCL or DataLoader workers (--shm-size, --ipc=host)"),
     "cuda_oom": ("cause", 91, "CUDA out of memory", "GPU memory ran out"),
     "storage_stall": ("cause", 90, "storage not answering",
                       "NFS/FUSE storage stopped answering and processes wait on it in the kernel: check the "
                       "server or the mount"),
+    "network_error": ("cause", 89, "network between hosts failed",
+                      "the fabric between the hosts failed (RDMA transport errors, NCCL/Gloo/UCX connections cut): "
+                      "check the NICs, links, switch ports and routes (ibstat, RoCE/PFC), not the GPUs"),
     "nccl_timeout": ("cause", 89, "NCCL collective timeout",
                      "a collective did not complete in time; NCCL's watchdog took the job down"),
     "resource_limit": ("cause", 88, "resource limit reached",
                        "a per-process limit was hit (open files, threads/processes): raise ulimit -n/-u or the "
                        "container's limits, or use fewer workers"),
+    "clock_skew": ("cause", 88, "host clock wrong",
+                   "the host's clock is wrong, so certificates look not valid yet or servers refuse the request's "
+                   "time: set the time (NTP/chrony, timedatectl) and retry"),
     # a storage client turns a refused credential into a PermissionError (s3fs: ExpiredToken, AccessDenied): the
     # credential is the cause when both are reported together
     "credentials_refused": ("cause", 87, "credentials refused",

@@ -54,7 +54,13 @@ COMPLETION: List[Pattern[str]] = [re.compile(p, _I) for p in (
     r"|generated|verified|passed|succeeded)\b)",
     r"\b(?:wrote|saved|rendered|processed|completed|finished|uploaded|transferred|converted|exported|transcribed"
     r"|encoded|generated|verified|passed)\s+([1-9]\d*)\s*/\s*\1\b(?![\d.])",
+    # a workflow manager's closing tally: Nextflow's "Succeeded   : 40" (printed on success only), Snakemake's "41 of
+    # 41 steps (100%) done"
+    r"^\s*Succeeded\s*:\s*[1-9]\d*\s*$",
+    r"\b([1-9]\d*) of \1 steps \(100\s*%\) done\b",
     # it wrote its results
+    # ... counted: "Wrote 2000 completions to out/x.jsonl", "Saved 500 images to renders/"
+    r"\b(?:wrote|saved|written|exported|stored)\s+[1-9][\d,]*\s+(?:[\w-]+\s+){0,2}?(?:to|into)\s+\S",
     r"\b(?:saved|wrote|written|exported|stored)\s+(?:the\s+)?(?:final\s+|trained\s+|fine-?tuned\s+|best\s+)?"
     r"(?:model|weights|adapter|checkpoint|results?|outputs?|predictions|report|summary|metrics)\s+(?:to|at|in|into)\b",
     r"\b(?:final\s+|trained\s+)?(?:model|weights|adapter|results?|predictions|report|metrics)\s+(?:saved|written"
@@ -101,7 +107,7 @@ NONZERO_EXIT = re.compile(
 # a line that reports a failure in words or by its level, though no signature names it ("[ERROR] Download aborted",
 # "parameter fetch failed", "ERR" rows are caught by their log's own words); "0 failed", "no errors" are not
 FAILED_WORDS = re.compile(
-    r"\[(?:ERROR|FATAL|CRITICAL)\]|^\s*(?:\S+\s+){0,3}(?:ERROR|FATAL|CRITICAL)\b|(?<!\b0 )(?<!\bno )"
+    r"\[(?:ERROR|FATAL|CRITICAL)\]|^\s*(?:\S+\s+){0,3}(?:ERROR|FATAL|CRITICAL)\b|(?<!\b0 )(?<!\bno )(?<!% )"
     r"\b(?:failed|aborted|not complete|error occurred|FAILURE|FAULTY)\b(?!\s*[:=]\s*0\b)",
 )
 
@@ -170,11 +176,41 @@ def _closing_table(lines: List[str]) -> Optional[int]:
         if not TABLE_ROW.match(text):
             break
         rows.append(i)
-    if len(rows) < 3 or not any(re.search(r"\d", lines[i]) for i in rows):
+    if len(rows) < 3:
+        return _numeric_table(lines)
+    if not any(re.search(r"\d", lines[i]) for i in rows):
         return None
     if any(FAILED_WORDS.search(lines[i]) or NONZERO_EXIT.search(lines[i]) for i in rows):
         return None
     return rows[-1]
+
+
+# a row of numbers only, in columns: "1048576    332.95" (OSU's latency table, a benchmark's sweep)
+NUMERIC_ROW = re.compile(r"^\s*[-+]?\d[\d.,]*(?:e[-+]?\d+)?(?:\s+[-+]?\d[\d.,]*(?:e[-+]?\d+)?)+\s*$", _I)
+
+
+def _numeric_table(lines: List[str]) -> Optional[int]:
+    """The first row of a table of numbers that ends the log (4 rows at least, under a header line of words)."""
+    rows: List[int] = []
+    for i in range(len(lines) - 1, max(-1, len(lines) - 400), -1):
+        if not lines[i].strip():
+            if rows:
+                break
+            continue
+        if not NUMERIC_ROW.match(lines[i]):
+            break
+        rows.append(i)
+    head = lines[rows[-1] - 1] if rows and rows[-1] > 0 else ""
+    if len(rows) < 4 or not re.search(r"[A-Za-z]{2}\S*\s+\S*[A-Za-z]{2}", head) or is_failure(head) \
+            or FAILED_WORDS.search(head) or NONZERO_EXIT.search(head):
+        return None  # a header of column names over the numbers (not an error's message)
+    return rows[-1]
+
+
+def closing_table(lines: List[str]) -> Optional[int]:
+    """The first row of the results table that ends the log, if one does (a failure before it did not end the run:
+    the program went on to measure and print its results)."""
+    return _closing_table(lines)
 
 
 def words_start(lines: List[str]) -> int:

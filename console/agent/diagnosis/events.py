@@ -47,6 +47,10 @@ LEVEL_RE = re.compile(
 )
 GLOG_RE = re.compile(r"^\s*(?:\[rank\d+\]:)?\[?([IWEF])\d{4} \d\d:\d\d:\d\d")
 PY_WARNING_RE = re.compile(r"\b\w*Warning: ")
+# a workflow manager's notice that a failed task is run again (Nextflow's "-- Execution is retried (1)", Snakemake's
+# "Trying to restart job", "will be retried"): a warning, the attempt's end is not the run's
+RETRIED_RE = re.compile(r"\b(?:execution|job|task|attempt|step|process) (?:is|will be|has been) (?:retried|restarted"
+                        r"|resubmitted)\b|\bTrying to restart job\b|\bwill be retried\b", re.IGNORECASE)
 CAP = {"TRACE": "info", "DEBUG": "info", "INFO": "info", "NOTICE": "info", "WARN": "warning",
        "WARNING": "warning", "I": "info", "W": "warning"}
 # the operation an error interrupted went on, or was retried and succeeded
@@ -63,6 +67,8 @@ DMESG_TS_RE = re.compile(r"^\s*\[\s*(\d+(?:\.\d+)?)\]")
 
 def level_cap(text: str) -> Optional[str]:
     """The highest severity a line's own log level allows (None: no level, or an error level)."""
+    if RETRIED_RE.search(text):
+        return "warning"
     m = LEVEL_RE.match(text)
     if m:
         return CAP.get(m.group(1))
@@ -272,8 +278,8 @@ def kernel_episodes(facts: Dict[str, Any], now: float, run_started: Optional[flo
     kept = []
     times: Dict[int, float] = {}
     for hit in signatures.scan_lines(lines, "dmesg", 1):
-        if hit["code"] in KERNEL_IGNORED:
-            continue
+        if hit["code"] in KERNEL_IGNORED and not (hit["code"] == "gpu_faulty" and "NVRM: Xid" in hit["text"]):
+            continue  # (an NVLink Xid is the driver's report of a fault, no chatter)
         m = DMESG_TS_RE.match(hit["text"])
         stamp = float(m.group(1)) if m else None
         if max_age and uptime and stamp is not None and stamp < float(uptime) - float(max_age):

@@ -2,7 +2,8 @@
 
 ``health_step`` takes ``facts["gpu"]`` (``gather.gpu_facts``: each device's ``health`` record and the sampler's
 ``xids``) and adds: ``gpu_ecc`` for uncorrectable ECC errors (volatile), a failed row remap, or an ECC Xid (48,
-63, 64, 92, 94, 95); ``gpu_lost`` for Xid 74, 79, 119, 120 (the same Xid sets as the kernel signatures); and a
+63, 64, 92, 94, 95); ``gpu_lost`` for Xid 79, 119, 120; ``gpu_faulty`` for the NVLink Xids 74, 144-150 (the same
+Xid sets as the kernel signatures); and a
 ``gpu_health`` step whose lines are the checked facts: throttling (HW slowdown, thermal, power brake, SW power
 cap, with how long), a PCIe link narrower than the card's, pending remaps, corrected counts. The hardware tier
 of ``codes.py`` then explains the rest, as it does for a ``dmesg`` line.
@@ -18,7 +19,8 @@ from .records import Item, step
 from .text import ev
 
 ECC_XIDS = frozenset((48, 63, 64, 92, 94, 95))
-LOST_XIDS = frozenset((74, 79, 119, 120))
+LOST_XIDS = frozenset((79, 119, 120))
+NVLINK_XIDS = frozenset((74, 144, 145, 146, 147, 148, 149, 150))  # the NVLink fabric failed (sigrows.NVLINK)
 XID_FOR = 24 * 3600.0  # seconds an Xid stays evidence
 REASONS = {"hw_slowdown": "HW slowdown", "hw_thermal": "HW thermal slowdown", "hw_power_brake": "HW power brake",
            "sw_thermal": "SW thermal slowdown", "sw_power_cap": "SW power cap"}
@@ -61,7 +63,8 @@ def health_step(facts: Dict[str, Any], items: List[Item], steps: List[Any]) -> N
             items.append(Item("throttled", "warning", "GPU %s clocks held down: %s (NVML)" % (index, ", ".join(held)),
                               [ev(where, None, "clock event reasons active: %s" % ", ".join(held))]))
     for x in xids:
-        code = "gpu_ecc" if x["xid"] in ECC_XIDS else "gpu_lost" if x["xid"] in LOST_XIDS else None
+        code = "gpu_ecc" if x["xid"] in ECC_XIDS else "gpu_lost" if x["xid"] in LOST_XIDS else \
+            "gpu_faulty" if x["xid"] in NVLINK_XIDS else None
         when = x.get("time")
         age = now - when if isinstance(when, (int, float)) else 0.0
         text = "GPU %s: Xid %s %s ago (NVML event%s)" % (x.get("gpu"), x["xid"], fmt_age(max(0.0, age)),

@@ -51,6 +51,9 @@ WGET_DOTS_RE = re.compile(r"^\s*(\d+)K(?:\s+[.,]{1,16}){1,12}\s+(\d{1,3})%\s+[\d
 # an amount over a total and a rate, no percent: tabby's "00:02:25 ▕█████▏ 0.98 GiB/1.53 GiB  7.18 MiB/s  ETA 79s."
 SIZED_RATE_RE = re.compile(
     r"([\d.]+)\s?([KMGTPE]?)i?B\s*/\s*([\d.]+)\s?([KMGTPE]?)i?B\s+[\d.]+\s?[KMGTPE]?i?B/s")
+# a download's percent in words: "Download progress: 17%, ETA 46:02", "Downloading model... 42%", "fetch: 8.5%"
+WORDED_RE = re.compile(r"\b(?:download|fetch|pull)\w*(?: progress)?\s*[:=-]?\s*(?:[^\s%]+\s+){0,3}?"
+                       r"(\d{1,3}(?:\.\d+)?)\s?%(?![|\[])", re.IGNORECASE)
 _SCALE = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
 # a count of files fetched: TGI's "Download: [6/19] -- ETA: 0:15:29", "Downloading [3/8]"
 DOWNLOAD_COUNT_RE = re.compile(r"\b(?:download|fetch)\w*\W{0,3}\[(\d+)\s*/\s*(\d+)\]", re.IGNORECASE)
@@ -182,6 +185,11 @@ def parse(text: str, bench_re: Optional[Pattern[str]] = None) -> Optional[Sample
         pct = float(m.group(2))
         if pct <= 100.0:
             return Sample("download", m.group(1), pct, None, pct >= 100.0)
+    last = _last(WORDED_RE, text)
+    if last is not None:
+        pct = float(last.group(1))
+        if pct <= 100.0:
+            return Sample("download", last.group(1), pct, None, pct >= 100.0)
     m = CURL_BAR_RE.match(text)
     if m:
         pct = float(m.group(1))

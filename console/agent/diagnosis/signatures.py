@@ -28,6 +28,7 @@ import time
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .prefilter import Plan, Signature, match_line_fast, plan, triggers
+from .sigrows import CLOCK_SKEW, COMPILER, LAUNCH, NETWORK, NVLINK, ORDINAL, UNSCHEDULABLE
 from .sigtables import (
     CLEARED,
     COMPLETED,
@@ -54,8 +55,9 @@ def _sig(code: str, severity: str, pattern: str, explanation: str, flags: int = 
 
 # fmt: off
 SIGNATURES: List[Signature] = [
+    NVLINK,
     _sig("gpu_lost", "critical",
-         r"fallen off the bus|GPU is lost|NVRM: Xid \([^)]*\):\s*(?:74|79|119|120)\b"
+         r"fallen off the bus|GPU is lost|NVRM: Xid \([^)]*\):\s*(?:79|119|120)\b"
          r"|Unable to determine the device handle for GPU|GPU requires reset",
          "a GPU dropped off the PCIe bus or hit a fatal Xid; the host needs a reset/reboot"),
     _sig("gpu_ecc", "critical",
@@ -100,6 +102,7 @@ SIGNATURES: List[Signature] = [
          r"|\|\|Ax-b\|\|.{0,160}\bFAILED\b",  # HPL's residual check
          "the GPU fails its tests or computes wrong results (a burn-in, diagnostic, memory test or a proof's "
          "verification failed on it): take it out of service; reset it and test again, replace it if it repeats"),
+    LAUNCH, ORDINAL, COMPILER, CLOCK_SKEW, NETWORK,
     _sig("host_oom_kill", "critical",
          r"Out of memory: Kill(?:ed)? process|invoked oom-killer|\boom-kill\b|oom_reaper: reaped"
          r"|Memory cgroup out of memory"
@@ -123,7 +126,9 @@ SIGNATURES: List[Signature] = [
          r"I/O error,? (?:on )?dev (?!fd\d|sr\d|loop\d)\w+|Buffer I/O error on dev(?:ice)? (?!fd\d|sr\d|loop\d)\w+"
          r"|critical medium error|EXT4-fs error|EXT4-fs \(\S+\): (?:I/O error|Remounting filesystem read-only)"
          r"|Remounting filesystem read-only|XFS \(\S+\): (?:metadata I/O error|Corruption|log I/O error)"
-         r"|Input/output error|os error 5\b|Errno 5\]|Os \{ code: 5,"
+         # (an RDMA NIC's errno, in UCX/verbs/NCCL's words, is no disk's)
+         r"|(?:^(?!.*(?:\bUCX\b|\buct_|\bmlx\d_\d|\bibv_|NET/IB|\brdma)).*?)Input/output error"
+         r"|os error 5\b|Errno 5\]|Os \{ code: 5,"
          r"|Read-only file system|\bEROFS\b|os error 30\b|Errno 30\]|kind: ReadOnlyFilesystem"
          r"|Stale file handle|\bESTALE\b|os error 116\b|Errno 116\]|kind: StaleNetworkFileHandle",
          "a disk or filesystem failed (kernel I/O errors, a filesystem remounted read-only): check dmesg and the "
@@ -147,7 +152,9 @@ SIGNATURES: List[Signature] = [
          r"|RLIMIT_NPROC|RLIMIT_NOFILE|file-max limit \d+ reached|fork rejected by pids controller"
          r"|received 0 items of ancdata|JavaScript heap out of memory|Reached heap limit Allocation failed"
          # RDMA memory registration under a small locked-memory limit (ulimit -l): NCCL/UCX/MPI over InfiniBand
-         r"|ibv_reg_mr\w*\b.{0,80}(?:Cannot allocate memory|failed)|\bRLIMIT_MEMLOCK\b|max locked memory"
+         r"|ibv_reg_mr\w*\b.{0,80}(?:Cannot allocate memory|failed)"
+         r"|ibv_(?:create_cq|create_qp|create_srq|alloc_pd)\w*\b.{0,80}(?:Cannot allocate memory|\bENOMEM\b)"
+         r"|\bRLIMIT_MEMLOCK\b|max locked memory"
          r"|(?:unable|failed|cannot) to (?:register|pin|lock) (?:the )?memory",
          "a per-process limit was hit (open files, processes/threads, locked memory): raise it (ulimit -n / -u / -l, "
          "the container's limits) or use fewer workers/threads"),
@@ -324,6 +331,7 @@ SIGNATURES: List[Signature] = [
          r"|_(?:hw_slowdown|hw_thermal_slowdown|hw_power_brake_slowdown|sw_thermal_slowdown)>Active<",
          "clocks are held down (thermal or power-brake slowdown): the job runs slower than it should; check cooling, "
          "fans and power delivery"),
+    UNSCHEDULABLE,
     _sig("hung", "error",  # Horovod's stall inspector: it repeats while no step advances (the log stays fresh)
          r"\bStalled ranks:|\bStalled ops:|waiting for remainder of ranks for more than \d+ seconds"
          r"|ranks? (?:have|has) not (?:yet )?submitted .{0,80}for more than \d+ seconds",
@@ -342,7 +350,7 @@ SIGNATURES: List[Signature] = [
          "a process crashed with a memory fault"),
     _sig("killed", "error",
          r"^\s*Killed\s*$|line \d+:\s+\d+ Killed\b|signal: 9\b|\bSIGKILL\b|killed by signal 9"
-         r"|exit(?:ed with)? (?:code|status) 137\b|exitcode\s*:\s*-9\b",
+         r"|exit(?:ed with)? (?:code|status)\s*[:=]?\s*\(?137\b|exitcode\s*:\s*-9\b",
          "a process was killed with SIGKILL (often the OOM killer or a timeout)"),
     _sig("cuda_error", "error",
          r"CUDA error|CUDA_ERROR_\w+|cudaError\w+|CUBLAS_STATUS_\w+|illegal memory access was encountered"

@@ -1,0 +1,84 @@
+"""Signature rows split out of ``signatures.SIGNATURES`` (data only), spliced into it where the first match must win:
+the fabric between hosts, the host's clock, NVLink, a device that is not visible, kernels the GPU cannot launch, a
+missing host compiler (blind round 10's classes, docs/diagnosis.md)."""
+
+from __future__ import annotations
+
+import re
+
+from .prefilter import Signature
+
+
+def _sig(code: str, severity: str, pattern: str, explanation: str) -> Signature:
+    return Signature(code, severity, re.compile(pattern, re.IGNORECASE), explanation)
+
+
+# fmt: off
+# The GPUs' NVLink fabric failed (NVLink Xids 74 and 144-150, the runtime's NVLink error): the job's GPUs cannot
+# talk; the node needs the GPUs/NVSwitch reset and, if it repeats, the baseboard serviced. Tried before gpu_lost.
+NVLINK = _sig(
+    "gpu_faulty", "critical",
+    r"NVRM: Xid \([^)]*\):\s*(?:74|14[4-9]|150)\b|uncorrectable NVLink error|NVLink: fatal error"
+    r"|\bNVLINK(?:_| )(?:ERROR|FATAL)\b|\bnvlink\w*: .{0,60}\b(?:fatal|uncorrectable) error",
+    "the GPUs' NVLink fabric failed (an NVLink Xid or an uncorrectable NVLink error): take the node out of service, "
+    "reset the GPUs and NVSwitch fabric (fabric manager), check the links (nvidia-smi nvlink -s); service it if it "
+    "repeats")
+
+# The host's clock is wrong: TLS says a certificate is not valid yet, apt says a Release file is not valid yet, an
+# object store or Kerberos refuses the request's time. Tried before download_failed and credentials_refused.
+CLOCK_SKEW = _sig(
+    "clock_skew", "error",
+    r"certificate is not (?:yet valid|valid yet)|\bCERT_NOT_YET_VALID\b|\bcurrent time \S+ is before \S+"
+    r"|\bis not valid yet \(invalid for another\b|\bClock skew too great\b|\bKRB5KRB_AP_ERR_SKEW\b"
+    r"|\bRequestTimeTooSkewed\b|difference between the request time and the (?:current|server's) time is too large"
+    r"|\bSignature not yet current\b",
+    "the host's clock is wrong (a certificate or a request looks not valid yet, or too far off the server's time): "
+    "set the time (NTP/chrony, timedatectl), then retry")
+
+# The fabric between hosts failed: RDMA completions with an error status, the NIC's transport retries exhausted,
+# NCCL's socket transport or Gloo's TCP pairs cut, MPI's InfiniBand retry count. Tried before transport_error and
+# cuda_error (the NCCL error that reports it).
+NETWORK = _sig(
+    "network_error", "error",
+    r"\bIBV_WC_(?!SUCCESS\b)[A-Z_]+_ERR\b|NET/IB\w* ?: Got completion from peer|Transport retry count exceeded"
+    r"|\bRNR retry count exceeded|InfiniBand retry count between two MPI processes has been exceeded"
+    r"|NCCL WARN (?:NET/\w+ ?: |Net ?: |socketProgress\w*: |Call to recv ).{0,160}(?:Connection (?:reset|closed"
+    r"|refused)|reset by peer|closed by remote peer|No route to host|unexpected EOF)"
+    r"|gloo/transport/\w+/\w+\.cc:\d+\]\s*(?:Read error|Write error|Connection (?:reset|closed) by peer"
+    r"|Timed out waiting).{0,120}"
+    r"|UCX\s+ERROR\b.{0,160}(?:Endpoint timeout|Connection reset by remote peer|Destination is unreachable)",
+    "the network between the hosts failed (an RDMA transport error, NCCL's or Gloo's connections cut): check the "
+    "NICs, links, switch ports and routes between the nodes (ibstat, ibv_devinfo, RoCE/PFC settings)")
+
+# A kernel the GPU cannot launch as configured (Triton's shared memory per block on an older card)
+LAUNCH = _sig(
+    "cuda_error", "error",
+    r"\bOutOfResources\b.{0,40}out of resource|\bout of resource: (?:shared memory|registers)\b",
+    "a GPU kernel asks for more than this GPU gives one block (shared memory): smaller blocks or stages, or a "
+    "newer GPU")
+
+# A device ordinal the process cannot see (more GPUs asked for than visible; on MIG, one slice per process)
+ORDINAL = _sig(
+    "cuda_error", "error",
+    r"device >= 0 && device < num_gpus|\binvalid device ordinal\b|\bCUDA_ERROR_INVALID_DEVICE\b"
+    r"|\bcudaErrorInvalidDevice\b|on CUDA device \d+ but torch\.cuda\.device_count\(\) is \d+",
+    "a process asked for a GPU it cannot see (more devices than CUDA_VISIBLE_DEVICES or MIG give it)")
+
+# No host C/C++ compiler for a JIT (Triton, Inductor): install one (gcc) or turn compilation off
+COMPILER = _sig(
+    "command_not_found", "error",
+    r"Failed to find C compiler|No working C\+\+ compiler found|\bInvalidCxxCompiler\b"
+    r"|\b(?:gcc|g\+\+|cc|c\+\+|clang): (?:command )?not found",
+    "no C/C++ compiler on the host or in the image (a JIT such as Triton or torch.compile needs one): install "
+    "gcc, or turn compilation off")
+# fmt: on
+
+# A scheduler that cannot place the work, waiting for resources it will not get (Ray's insufficient-resources
+# warning, an unschedulable resource request, Kubernetes' FailedScheduling): the run is stuck, not starting
+UNSCHEDULABLE = _sig(
+    "hung", "error",
+    r"No trial is running and no new trial has been started within the last \d+ seconds"
+    r"|resource request cannot be scheduled right now|No available node types can fulfill resource request"
+    r"|\b\d+/\d+ nodes are available:.{0,120}\bInsufficient (?:nvidia\.com/gpu|cpu|memory)",
+    "the scheduler cannot place the job: it asks for more GPUs/CPUs than the cluster has, and waits for ever: ask "
+    "for what the host has, or add nodes")
