@@ -1,8 +1,9 @@
-"""The header's totals per paint (``FleetState.totals``) as the fleet grows, with the frame rate of a big fleet.
+"""The header's totals per paint (``FleetState.totals``) as the fleet grows, with the frame rate of a big fleet,
+and the once-a-second re-derivation of every instance's status (``FleetState.tick``).
 
 N instances x 8 GPUs in a real ``FleetState``; between two paints (4 a second) ~175 instances get a GPU frame
 (~700 frames a second: what 1000 hosts at detail "summary" send, bench/scale.py), then ``totals()`` is timed.
-Prints the mean cost per paint for each fleet size.
+Prints the mean cost per paint for each fleet size, and of one ``tick()`` (CPU time) over the same state.
 
     .venv/bin/python bench/header_bench.py [--hosts 100,1000,2000] [--paints 400]
 """
@@ -32,7 +33,7 @@ def gpu_frame(rng: random.Random, full: bool) -> dict:
     return {"type": "gpu", "ts": time.time(), "state": "ok", "full": full, "devices": devices}
 
 
-def per_paint_us(hosts: int, paints: int, seed: int = 1) -> float:
+def per_paint_us(hosts: int, paints: int, seed: int = 1) -> tuple[float, float]:
     rng = random.Random(seed)
     state = FleetState()
     for i in range(hosts):
@@ -51,7 +52,11 @@ def per_paint_us(hosts: int, paints: int, seed: int = 1) -> float:
         t0 = time.perf_counter()
         state.totals()
         spent += time.perf_counter() - t0
-    return 1e6 * spent / paints
+    ticks = 50
+    c0 = time.process_time()
+    for _ in range(ticks):
+        state.tick()
+    return 1e6 * spent / paints, 1e3 * (time.process_time() - c0) / ticks
 
 
 def main() -> int:
@@ -60,7 +65,9 @@ def main() -> int:
     p.add_argument("--paints", type=int, default=400)
     args = p.parse_args()
     for hosts in args.hosts:
-        print("hosts=%-5d totals() per paint  %6.0f us" % (hosts, per_paint_us(hosts, args.paints)))
+        paint_us, tick_ms = per_paint_us(hosts, args.paints)
+        print("hosts=%-5d totals() per paint  %6.0f us   tick() %5.2f ms CPU (once a second)"
+              % (hosts, paint_us, tick_ms))
     return 0
 
 
