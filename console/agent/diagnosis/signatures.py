@@ -286,6 +286,10 @@ SIGNATURES: List[Signature] = [
          r"|An error occurred \((?:403|404|NoSuchKey|NoSuchBucket)\) when calling|\bNoSuchKey\b"
          r"|\bIncompleteRead\(\d+ bytes read|ContentTooShortError|ChunkedEncodingError|Connection broken: "
          r"|retrieval incomplete: got only"
+         # a body that ended early or retries that ran out: reqwest/hyper's IncompleteBody (hf_transfer), Go's
+         # "max retries exceeded: EOF" (ollama pull), huggingface_hub's "error occurred while downloading"
+         r"|\bIncompleteBody\b|error decoding response body|Error while downloading: reqwest::Error"
+         r"|\bmax retries exceeded: |An error occurred while downloading using `?hf_transfer"
          # the remote refused for a rate limit (Docker Hub's pull quota, HTTP 429), or what arrived is not the file
          r"|\btoomanyrequests\b|pull rate limit|\b429 (?:Client Error|Too Many Requests)|HTTP(?:/[\d.]+)? 429\b"
          r"|HTTP Error 429|API rate limit exceeded"
@@ -354,7 +358,9 @@ SIGNATURES: List[Signature] = [
          "a process was killed with SIGKILL (often the OOM killer or a timeout)"),
     _sig("cuda_error", "error",
          r"CUDA error|CUDA_ERROR_\w+|cudaError\w+|CUBLAS_STATUS_\w+|illegal memory access was encountered"
-         r"|NCCL error|ncclSystemError|ncclUnhandledCudaError|ncclInternalError|\bNCCL failure\b",
+         r"|NCCL error|ncclSystemError|ncclUnhandledCudaError|ncclInternalError|\bNCCL failure\b"
+         r"|\b(?:CUDNN|CUSOLVER|CUSPARSE|CURAND)_STATUS_(?!SUCCESS)[A-Z_]+|\bCUFFT_(?:INTERNAL_ERROR|EXEC_FAILED"
+         r"|SETUP_FAILED|INVALID_\w+)\b",
          "a CUDA call failed"),
     _sig("gpu_xid", "error", r"NVRM: Xid\b",
          "the NVIDIA driver reported an Xid error (often an application fault on the GPU)"),
