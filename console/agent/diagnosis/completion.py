@@ -160,6 +160,8 @@ def last_words(log: Dict[str, Any], bench_re: Optional[Pattern[str]] = None,
             break
         if table is not None and i >= table:
             continue
+        if i > 0 and FRAME.match(lines[i - 1]):
+            continue  # a source line a traceback quotes ("result = _VF.lstm(..."): the program's code, not its words
         if failed(text) or NONZERO_EXIT.search(text) or FAILED_WORDS.search(text):
             if not found:
                 return []  # the run's last words report a failure: whatever it printed before, it failed
@@ -179,6 +181,8 @@ def last_words(log: Dict[str, Any], bench_re: Optional[Pattern[str]] = None,
     return sorted(found)
 
 
+# a traceback's frame line: the next line quotes the program's source
+FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
 TABLE_ROW = re.compile(r"^\s*[|\u2502\u2503].*[|\u2502\u2503]\s*$")
 
 
