@@ -211,6 +211,19 @@ def cleared(ep: Episode, lines: List[str], start: int) -> bool:
     return found == wanted
 
 
+# the last line of a Python traceback: "RuntimeError: An error occurred while downloading", "KeyboardInterrupt"
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure)\b(?::|\s*$)")
+
+
+def _redrawn_after_exception(lines: List[str], i: int) -> bool:
+    """Is line ``i`` a meter redrawn right after a traceback's exception line (a bar closed as the exception
+    unwound: tqdm's ``Fetching 14 files: 29%|`` after ``RuntimeError: ...``)? It shows no work going on."""
+    j = next((k for k in range(i - 1, -1, -1) if lines[k].strip()), -1)
+    if j < 0 or not EXCEPTION_LINE.match(lines[j]):
+        return False
+    return any(t.startswith("Traceback (most recent call last)") for t in lines[max(0, j - 300):j])
+
+
 def last_resumed(lines: List[str], bench_re: Optional[Pattern[str]]) -> int:
     """The index of the last line that shows work going on (progress, a success, a completion), or -1. A meter
     with nothing done (``0%| 0/993``: a bar redrawn as its program exits) shows no work going on."""
@@ -220,7 +233,8 @@ def last_resumed(lines: List[str], bench_re: Optional[Pattern[str]]) -> int:
             continue
         resumed = RESUMED_RE.search(text) is not None and RESUMED_BUT_FAILED_RE.search(text) is None
         sample = progress.parse(text, bench_re)
-        moving = sample is not None and not (sample.percent == 0 and sample.amount.strip("0. ") == "")
+        moving = sample is not None and not (sample.percent == 0 and sample.amount.strip("0. ") == "") \
+            and not _redrawn_after_exception(lines, i)
         if resumed or signatures.is_completion(text) or moving:
             return i
     return -1
