@@ -47,7 +47,8 @@ COMPLETION: List[Pattern[str]] = [re.compile(p, _I) for p in (
     r"^\s*(?:(?:DEBUG|INFO|NOTICE):[\w.]+:|[\w./-]+:)\s*(?:all\s+)?(?:done|finished|complete|completed)\b"
     r"\s*(?:[.!]*\s*$|,\s+\w)",
     # an exit status of 0 in parentheses or as a return code: "finished (exit 0)", "(exit code 0)", "rc=0"
-    r"\((?:exit(?:ed)?|exit code|exit status|rc|return code)\s*[:=]?\s*0\)|\b(?:rc|returncode|return code)\s*[:=]\s*0\b",
+    r"\((?:exit(?:ed)?|exit code|exit status|rc|return code)\s*[:=]?\s*0\)"
+    r"|\b(?:rc|returncode|return code)\s*[:=]\s*0\b",
     # a package manager's closing word: pip's "Successfully installed flash-attn-2.0.4", conda's "Executing
     # transaction: done", a pull's lone "success" (ollama, docker's "Status: Downloaded newer image")
     r"^\s*Successfully installed\s+\S",
