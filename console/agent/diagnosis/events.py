@@ -280,6 +280,25 @@ def log_episodes(
     return out
 
 
+# a hung task's report that names swap: the task is kswapd, or its call trace waits on a page being swapped in
+SWAP_TASK_RE = re.compile(r"\btask (?:kswapd\d*|kcompactd\d*)[:\s]")
+SWAP_FRAME_RE = re.compile(r"\b(?:swap_readpage|swap_read_folio|do_swap_page|swapin_readahead|__read_swap_cache_async"
+                           r")\+0x")
+
+
+def _waits_on_swap(lines: List[str], i: int) -> bool:
+    """Is the "blocked for more than" report at ``i`` one of a task waiting on swap (its call trace, up to the next
+    report)?"""
+    if SWAP_TASK_RE.search(lines[i]):
+        return True
+    for text in lines[i + 1:i + 40]:
+        if "blocked for more than" in text:
+            break
+        if SWAP_FRAME_RE.search(text):
+            return True
+    return False
+
+
 def kernel_episodes(facts: Dict[str, Any], now: float, run_started: Optional[float]) -> List[Episode]:
     """Episodes of the kernel log within ``dmesg_max_age``; those before the current run are stale."""
     dmesg = facts.get("dmesg") or {}
@@ -294,6 +313,8 @@ def kernel_episodes(facts: Dict[str, Any], now: float, run_started: Optional[flo
     for hit in signatures.scan_lines(lines, "dmesg", 1):
         if hit["code"] in KERNEL_IGNORED and not (hit["code"] == "gpu_faulty" and "NVRM: Xid" in hit["text"]):
             continue  # (an NVLink Xid is the driver's report of a fault, no chatter)
+        if hit["code"] == "storage_stall" and _waits_on_swap(lines, int(hit["line"]) - 1):
+            continue  # a task blocked swapping pages in: the host's memory is overcommitted, no disk is stuck
         m = DMESG_TS_RE.match(hit["text"])
         stamp = float(m.group(1)) if m else None
         if max_age and uptime and stamp is not None and stamp < float(uptime) - float(max_age):
