@@ -224,6 +224,18 @@ def _redrawn_after_exception(lines: List[str], i: int) -> bool:
     return any(t.startswith("Traceback (most recent call last)") for t in lines[max(0, j - 300):j])
 
 
+# a closing count of the items that failed: Boltz's "Number of failed examples: 1", "2 samples failed"
+FAILED_TALLY_RE = re.compile(
+    r"\b(?:number of )?failed (?:examples|samples|inputs|items|predictions|structures|batches|records)\s*[:=]\s*[1-9]"
+    r"|\b[1-9]\d* (?:examples?|samples?|inputs?|items?|predictions?|structures?|batch(?:es)?|records?) failed\b",
+    re.IGNORECASE)
+
+
+def _failed_tally(lines: List[str], start: int) -> bool:
+    """Does a count of failed items come after ``start``? The meter that went on counted the skipped ones too."""
+    return any(FAILED_TALLY_RE.search(t) for t in lines[start:])
+
+
 def last_resumed(lines: List[str], bench_re: Optional[Pattern[str]]) -> int:
     """The index of the last line that shows work going on (progress, a success, a completion), or -1. A meter
     with nothing done (``0%| 0/993``: a bar redrawn as its program exits) shows no work going on."""
@@ -275,7 +287,7 @@ def log_episodes(
                 ep.recovered = cleared(ep, lines, ep.last_index + 1) or (
                     ep.code not in PERSISTENT and resumed > ep.last_index)
             elif ep.code not in NEVER_RECOVER:
-                ep.recovered = resumed > ep.last_index
+                ep.recovered = resumed > ep.last_index and not _failed_tally(lines, ep.last_index + 1)
             out.append(ep)
     return out
 

@@ -169,6 +169,11 @@ SIGNATURES: List[Signature] = [
          r"|kv.?cache.{0,120}insufficient memory|insufficient memory.{0,120}kv.?cache"
          r"|Requested amount of GPU memory \(\d+ bytes\) could not be allocated|GPU memory is not enough"
          r"|torch\.(?:cuda\.)?OutOfMemoryError\b|\bAllocation on device\b"
+         # an OOM the program caught, skipping its item (fairseq, Boltz: "WARNING: ran out of memory, skipping batch")
+         r"|\b(?:ran|run|running) out of (?:GPU |CUDA )?memory,? (?:skipping|skipped)\b"
+         r"|\bOOM,? (?:skipping|skipped) (?:this |the )?(?:batch|sample|example|input|step)"
+         r"|\bskipp(?:ing|ed) (?:this |the )?(?:batch|sample|example|input|step) (?:due to|because of) (?:an )?"
+         r"(?:OOM|out of memory)\b"
          r"|Not enough memory\.? Please try to (?:increase|decrease) --mem-fraction-static"
          # allocators' own words: Paddle's, ONNX Runtime's arena, HIP (AMD)
          r"|Out of memory error on GPU|Cannot allocate [\d.]+\s*[KMGT]?i?B memory on GPU"
