@@ -50,8 +50,9 @@ COMPLETION: List[Pattern[str]] = [re.compile(p, _I) for p in (
     r"\((?:exit(?:ed)?|exit code|exit status|rc|return code)\s*[:=]?\s*0\)"
     r"|\b(?:rc|returncode|return code)\s*[:=]\s*0\b",
     # a package manager's closing word: pip's "Successfully installed flash-attn-2.0.4", conda's "Executing
-    # transaction: done", a pull's lone "success" (ollama, docker's "Status: Downloaded newer image")
-    r"^\s*Successfully installed\s+\S",
+    # transaction: done", a pull's lone "success" (ollama, docker's "Status: Downloaded newer image"); not the
+    # packaging tools' own upgrade ("Successfully installed pip-24.2 wheel-0.44.0": a first step)
+    r"^\s*Successfully installed\s+(?!(?:(?:pip|wheel|setuptools|packaging)-[\w.]+\s*)+$)\S",
     r"^\s*(?:Executing transaction|Verifying transaction|Preparing transaction)\s*:\s*done\b",
     r"^\s*(?:success|successful|succeeded)\s*[.!]*\s*$",
     r"^\s*Status:\s*(?:Downloaded newer image|Image is up to date)\b",
