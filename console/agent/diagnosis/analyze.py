@@ -41,6 +41,10 @@ DOWNLOAD_DONE_RE = re.compile(
 SAVING_NOW_RE = re.compile(
     r"\bsaving\b.{0,200}(?:checkpoint|\.(?:pt|pth|bin|safetensors|ckpt|pkl|distcp)\b|model states|optim)",
     re.IGNORECASE)
+# a failure the program says it tries again ("part 27 stalled; retrying", urllib3's "Retrying (Retry(total=4, ...))",
+# "will retry in 5s", "retry 2/5"): in another log than the one that says done, before it, it is no ending
+RETRYING_RE = re.compile(r"\bretrying\b|\bwill (?:be )?retr(?:y|ied)\b|\bretry(?:ing)? in \d|\bretry \d+\s*/\s*\d+",
+                         re.IGNORECASE)
 SAVED_RE = re.compile(r"\b(?:saved|done|finished|complete[d]?)\b", re.IGNORECASE)
 __all__ = ["CONTEXT_RE", "analyze"]
 
@@ -438,9 +442,11 @@ def completion(facts: Dict[str, Any], procs: Processes, items: List[Item], now: 
     ending = {str(log["path"]): int(log.get("first_line") or 1) + max(words_start(log["lines"]),
                                                                      closing_table(log["lines"]) or 0)
               for _, log, _ in found}
+    others = set()
     for log in facts.get("logs") or []:  # a task's own log that ends in its failure, under a pipeline's "success"
         if not log.get("error") and str(log["path"]) not in ending:
             ending[str(log["path"])] = int(log.get("first_line") or 1) + words_start(log.get("lines") or [])
+            others.add(str(log["path"]))
     for item in items:
         if item.role != "current" or SEVERITY_LEVEL.get(item.severity, 0) < 2:
             continue
@@ -449,6 +455,7 @@ def completion(facts: Dict[str, Any], procs: Processes, items: List[Item], now: 
         if item.time is None or item.time > done_at + 1.0 or rank.named_failure_stands(item, named, named_done):
             return None
         if any(e.get("path") in ending and int(e.get("line") or 0) >= ending[str(e.get("path"))]
+               and not (e.get("path") in others and RETRYING_RE.search(str(e.get("text") or "")))
                for e in item.evidence):
             return None
     for item in items:

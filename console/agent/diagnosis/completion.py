@@ -38,7 +38,27 @@ COMPLETION: List[Pattern[str]] = [re.compile(p, _I) for p in (
     r"|ended|succeeded)\b",
     r"\b(?:finished|completed|done)\s+(?:training|fine-?tuning|evaluation|benchmark(?:ing)?|the run"
     r"|all (?:steps|epochs|iterations|jobs|tasks|runs))\b",
-    r"\b(?:finished|completed|ended|exited) (?:successfully|ok|normally|without errors?)\b",
+    r"\b(?:finished|completed|ended|exited) (?:successfully|ok|normally|cleanly|without errors?)\b",
+    # "Done running 1 fold jobs.", "Finished processing 5 files": the closing word, then what was done
+    r"^\W*(?:all\s+)?(?:done|finished|completed)\s+(?:running|processing|writing|transcribing|generating"
+    r"|converting|building|installing|downloading|pulling|predicting|folding|evaluating)\b",
+    # a program's closing word after its logger's or script's name: "INFO:main:Done!" (Python's logging),
+    # "batch_transcribe.sh: done, 5 files, 0 failed", "run.sh: finished."
+    r"^\s*(?:(?:DEBUG|INFO|NOTICE):[\w.]+:|[\w./-]+:)\s*(?:all\s+)?(?:done|finished|complete|completed)\b"
+    r"\s*(?:[.!]*\s*$|,\s+\w)",
+    # an exit status of 0 in parentheses or as a return code: "finished (exit 0)", "(exit code 0)", "rc=0"
+    r"\((?:exit(?:ed)?|exit code|exit status|rc|return code)\s*[:=]?\s*0\)"
+    r"|\b(?:rc|returncode|return code)\s*[:=]\s*0\b",
+    # a package manager's closing word: pip's "Successfully installed flash-attn-2.0.4", conda's "Executing
+    # transaction: done", a pull's lone "success" (ollama, docker's "Status: Downloaded newer image"); not the
+    # packaging tools' own upgrade ("Successfully installed pip-24.2 wheel-0.44.0": a first step)
+    r"^\s*Successfully installed\s+(?!(?:(?:pip|wheel|setuptools|packaging)-[\w.]+\s*)+$)\S",
+    r"^\s*(?:Executing transaction|Verifying transaction|Preparing transaction)\s*:\s*done\b",
+    r"^\s*(?:success|successful|succeeded)\s*[.!]*\s*$",
+    r"^\s*Status:\s*(?:Downloaded newer image|Image is up to date)\b",
+    # MLPerf: loadgen's "Result is : VALID", MLLOG's run_stop with status success
+    r"\bResult is\s*:\s*VALID\b",
+    r"\"key\"\s*:\s*\"run_stop\".*\"status\"\s*:\s*\"success\"",
     r"\bmax_(?:epochs|steps|iters?|iterations|time)\W{0,3}=\W{0,3}[\w:.]+\W{0,3}\s*reached\b",
     r"\b(?:reached|hit) (?:the )?(?:max(?:imum)?|total|target) (?:number of )?(?:epochs|steps|iterations)\b",
     r"\b\d+ (?:epochs?|steps|iterations|iters) (?:completed|finished|done)\b",
@@ -63,7 +83,7 @@ COMPLETION: List[Pattern[str]] = [re.compile(p, _I) for p in (
     r"\b(?:wrote|saved|written|exported|stored)\s+[1-9][\d,]*\s+(?:[\w-]+\s+){0,2}?(?:to|into)\s+\S",
     r"\b(?:saved|wrote|written|exported|stored)\s+(?:the\s+)?(?:final\s+|trained\s+|fine-?tuned\s+|best\s+)?"
     r"(?:model|weights|adapter|checkpoint|results?|outputs?|predictions|report|summary|metrics)\s+(?:to|at|in|into)\b",
-    r"\b(?:final\s+|trained\s+)?(?:model|weights|adapter|results?|predictions|report|metrics)\s+(?:saved|written"
+    r"\b(?:final\s+|trained\s+)?(?:model|weights|adapter|results?|outputs?|predictions|report|metrics)\s+(?:saved|written"
     r"|exported|stored)\s+(?:to|at|in|into)\b",
     r"^[\s#=*\-|>]*(?:[\w()/-]+ ){0,3}(?:results?|summary)\s*(?:$|[:(=*\-|])",
     r"\bfinal (?:metrics|results|scores?|accuracy|loss|eval(?:uation)?|test|perplexity|report)\b",
@@ -142,6 +162,8 @@ def last_words(log: Dict[str, Any], bench_re: Optional[Pattern[str]] = None,
             break
         if table is not None and i >= table:
             continue
+        if i > 0 and FRAME.match(lines[i - 1]):
+            continue  # a source line a traceback quotes ("result = _VF.lstm(..."): the program's code, not its words
         if failed(text) or NONZERO_EXIT.search(text) or FAILED_WORDS.search(text):
             if not found:
                 return []  # the run's last words report a failure: whatever it printed before, it failed
@@ -161,6 +183,8 @@ def last_words(log: Dict[str, Any], bench_re: Optional[Pattern[str]] = None,
     return sorted(found)
 
 
+# a traceback's frame line: the next line quotes the program's source
+FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
 TABLE_ROW = re.compile(r"^\s*[|\u2502\u2503].*[|\u2502\u2503]\s*$")
 
 

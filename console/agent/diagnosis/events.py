@@ -211,6 +211,31 @@ def cleared(ep: Episode, lines: List[str], start: int) -> bool:
     return found == wanted
 
 
+# the last line of a Python traceback: "RuntimeError: An error occurred while downloading", "KeyboardInterrupt"
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure)\b(?::|\s*$)")
+
+
+def _redrawn_after_exception(lines: List[str], i: int) -> bool:
+    """Is line ``i`` a meter redrawn right after a traceback's exception line (a bar closed as the exception
+    unwound: tqdm's ``Fetching 14 files: 29%|`` after ``RuntimeError: ...``)? It shows no work going on."""
+    j = next((k for k in range(i - 1, -1, -1) if lines[k].strip()), -1)
+    if j < 0 or not EXCEPTION_LINE.match(lines[j]):
+        return False
+    return any(t.startswith("Traceback (most recent call last)") for t in lines[max(0, j - 300):j])
+
+
+# a closing count of the items that failed: Boltz's "Number of failed examples: 1", "2 samples failed"
+FAILED_TALLY_RE = re.compile(
+    r"\b(?:number of )?failed (?:examples|samples|inputs|items|predictions|structures|batches|records)\s*[:=]\s*[1-9]"
+    r"|\b[1-9]\d* (?:examples?|samples?|inputs?|items?|predictions?|structures?|batch(?:es)?|records?) failed\b",
+    re.IGNORECASE)
+
+
+def _failed_tally(lines: List[str], start: int) -> bool:
+    """Does a count of failed items come after ``start``? The meter that went on counted the skipped ones too."""
+    return any(FAILED_TALLY_RE.search(t) for t in lines[start:])
+
+
 def last_resumed(lines: List[str], bench_re: Optional[Pattern[str]]) -> int:
     """The index of the last line that shows work going on (progress, a success, a completion), or -1. A meter
     with nothing done (``0%| 0/993``: a bar redrawn as its program exits) shows no work going on."""
@@ -220,7 +245,8 @@ def last_resumed(lines: List[str], bench_re: Optional[Pattern[str]]) -> int:
             continue
         resumed = RESUMED_RE.search(text) is not None and RESUMED_BUT_FAILED_RE.search(text) is None
         sample = progress.parse(text, bench_re)
-        moving = sample is not None and not (sample.percent == 0 and sample.amount.strip("0. ") == "")
+        moving = sample is not None and not (sample.percent == 0 and sample.amount.strip("0. ") == "") \
+            and not _redrawn_after_exception(lines, i)
         if resumed or signatures.is_completion(text) or moving:
             return i
     return -1
@@ -261,9 +287,28 @@ def log_episodes(
                 ep.recovered = cleared(ep, lines, ep.last_index + 1) or (
                     ep.code not in PERSISTENT and resumed > ep.last_index)
             elif ep.code not in NEVER_RECOVER:
-                ep.recovered = resumed > ep.last_index
+                ep.recovered = resumed > ep.last_index and not _failed_tally(lines, ep.last_index + 1)
             out.append(ep)
     return out
+
+
+# a hung task's report that names swap: the task is kswapd, or its call trace waits on a page being swapped in
+SWAP_TASK_RE = re.compile(r"\btask (?:kswapd\d*|kcompactd\d*)[:\s]")
+SWAP_FRAME_RE = re.compile(r"\b(?:swap_readpage|swap_read_folio|do_swap_page|swapin_readahead|__read_swap_cache_async"
+                           r")\+0x")
+
+
+def _waits_on_swap(lines: List[str], i: int) -> bool:
+    """Is the "blocked for more than" report at ``i`` one of a task waiting on swap (its call trace, up to the next
+    report)?"""
+    if SWAP_TASK_RE.search(lines[i]):
+        return True
+    for text in lines[i + 1:i + 40]:
+        if "blocked for more than" in text:
+            break
+        if SWAP_FRAME_RE.search(text):
+            return True
+    return False
 
 
 def kernel_episodes(facts: Dict[str, Any], now: float, run_started: Optional[float]) -> List[Episode]:
@@ -280,6 +325,8 @@ def kernel_episodes(facts: Dict[str, Any], now: float, run_started: Optional[flo
     for hit in signatures.scan_lines(lines, "dmesg", 1):
         if hit["code"] in KERNEL_IGNORED and not (hit["code"] == "gpu_faulty" and "NVRM: Xid" in hit["text"]):
             continue  # (an NVLink Xid is the driver's report of a fault, no chatter)
+        if hit["code"] == "storage_stall" and _waits_on_swap(lines, int(hit["line"]) - 1):
+            continue  # a task blocked swapping pages in: the host's memory is overcommitted, no disk is stuck
         m = DMESG_TS_RE.match(hit["text"])
         stamp = float(m.group(1)) if m else None
         if max_age and uptime and stamp is not None and stamp < float(uptime) - float(max_age):

@@ -5,7 +5,8 @@
 63, 64, 92, 94, 95); ``gpu_lost`` for Xid 79, 119, 120; ``gpu_faulty`` for the NVLink Xids 74, 144-150 (the same
 Xid sets as the kernel signatures); and a
 ``gpu_health`` step whose lines are the checked facts: throttling (HW slowdown, thermal, power brake, SW power
-cap, with how long), a PCIe link narrower than the card's, pending remaps, corrected counts. The hardware tier
+cap, with how long), a busy GPU left in an idle performance state (P8 at 100 % util: ``throttled``), a PCIe
+link narrower than the card's, pending remaps, corrected counts. The hardware tier
 of ``codes.py`` then explains the rest, as it does for a ``dmesg`` line.
 """
 
@@ -24,6 +25,8 @@ NVLINK_XIDS = frozenset((74, 144, 145, 146, 147, 148, 149, 150))  # the NVLink f
 XID_FOR = 24 * 3600.0  # seconds an Xid stays evidence
 REASONS = {"hw_slowdown": "HW slowdown", "hw_thermal": "HW thermal slowdown", "hw_power_brake": "HW power brake",
            "sw_thermal": "SW thermal slowdown", "sw_power_cap": "SW power cap"}
+LOW_PSTATE = 8  # P8 and below: the idle performance states (P0/P2 are the working ones)
+BUSY_UTIL = 50  # % utilisation at which a GPU is working, not idling
 SLOWDOWNS = frozenset(("hw_slowdown", "hw_thermal", "hw_power_brake", "sw_thermal"))  # a fault, not the load's cap
 
 
@@ -62,6 +65,13 @@ def health_step(facts: Dict[str, Any], items: List[Item], steps: List[Any]) -> N
         if held:  # a symptom-tier state: the job runs slower than it should (SW power cap is normal at full load)
             items.append(Item("throttled", "warning", "GPU %s clocks held down: %s (NVML)" % (index, ", ".join(held)),
                               [ev(where, None, "clock event reasons active: %s" % ", ".join(held))]))
+        pstate, util = h.get("pstate"), d.get("util")
+        if not held and isinstance(pstate, int) and pstate >= LOW_PSTATE and isinstance(util, (int, float)) \
+                and util >= BUSY_UTIL:  # a busy GPU left at idle clocks, no reason set (no persistence, no app clocks)
+            items.append(Item("throttled", "warning", "GPU %s busy (util %s%%) in performance state P%d: idle clocks "
+                              "under load (NVML)" % (index, util, pstate),
+                              [ev("gpu:%s" % index, None, "util %s%% in P%d (idle clocks), no clock event reason"
+                                  % (util, pstate))]))
     for x in xids:
         code = "gpu_ecc" if x["xid"] in ECC_XIDS else "gpu_lost" if x["xid"] in LOST_XIDS else \
             "gpu_faulty" if x["xid"] in NVLINK_XIDS else None

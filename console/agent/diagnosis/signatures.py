@@ -169,6 +169,11 @@ SIGNATURES: List[Signature] = [
          r"|kv.?cache.{0,120}insufficient memory|insufficient memory.{0,120}kv.?cache"
          r"|Requested amount of GPU memory \(\d+ bytes\) could not be allocated|GPU memory is not enough"
          r"|torch\.(?:cuda\.)?OutOfMemoryError\b|\bAllocation on device\b"
+         # an OOM the program caught, skipping its item (fairseq, Boltz: "WARNING: ran out of memory, skipping batch")
+         r"|\b(?:ran|run|running) out of (?:GPU |CUDA )?memory,? (?:skipping|skipped)\b"
+         r"|\bOOM,? (?:skipping|skipped) (?:this |the )?(?:batch|sample|example|input|step)"
+         r"|\bskipp(?:ing|ed) (?:this |the )?(?:batch|sample|example|input|step) (?:due to|because of) (?:an )?"
+         r"(?:OOM|out of memory)\b"
          r"|Not enough memory\.? Please try to (?:increase|decrease) --mem-fraction-static"
          # allocators' own words: Paddle's, ONNX Runtime's arena, HIP (AMD)
          r"|Out of memory error on GPU|Cannot allocate [\d.]+\s*[KMGT]?i?B memory on GPU"
@@ -286,6 +291,10 @@ SIGNATURES: List[Signature] = [
          r"|An error occurred \((?:403|404|NoSuchKey|NoSuchBucket)\) when calling|\bNoSuchKey\b"
          r"|\bIncompleteRead\(\d+ bytes read|ContentTooShortError|ChunkedEncodingError|Connection broken: "
          r"|retrieval incomplete: got only"
+         # a body that ended early or retries that ran out: reqwest/hyper's IncompleteBody (hf_transfer), Go's
+         # "max retries exceeded: EOF" (ollama pull), huggingface_hub's "error occurred while downloading"
+         r"|\bIncompleteBody\b|error decoding response body|Error while downloading: reqwest::Error"
+         r"|\bmax retries exceeded: |An error occurred while downloading using `?hf_transfer"
          # the remote refused for a rate limit (Docker Hub's pull quota, HTTP 429), or what arrived is not the file
          r"|\btoomanyrequests\b|pull rate limit|\b429 (?:Client Error|Too Many Requests)|HTTP(?:/[\d.]+)? 429\b"
          r"|HTTP Error 429|API rate limit exceeded"
@@ -354,7 +363,9 @@ SIGNATURES: List[Signature] = [
          "a process was killed with SIGKILL (often the OOM killer or a timeout)"),
     _sig("cuda_error", "error",
          r"CUDA error|CUDA_ERROR_\w+|cudaError\w+|CUBLAS_STATUS_\w+|illegal memory access was encountered"
-         r"|NCCL error|ncclSystemError|ncclUnhandledCudaError|ncclInternalError|\bNCCL failure\b",
+         r"|NCCL error|ncclSystemError|ncclUnhandledCudaError|ncclInternalError|\bNCCL failure\b"
+         r"|\b(?:CUDNN|CUSOLVER|CUSPARSE|CURAND)_STATUS_(?!SUCCESS)[A-Z_]+|\bCUFFT_(?:INTERNAL_ERROR|EXEC_FAILED"
+         r"|SETUP_FAILED|INVALID_\w+)\b",
          "a CUDA call failed"),
     _sig("gpu_xid", "error", r"NVRM: Xid\b",
          "the NVIDIA driver reported an Xid error (often an application fault on the GPU)"),

@@ -44,7 +44,8 @@ def _syslog(m: re.Match[str]) -> float:
 
 
 FORMATS: List[Tuple[str, re.Pattern[str], Callable[[re.Match[str]], float]]] = [
-    ("iso", re.compile(r"(\d{4})-(\d\d)-(\d\d)[T _](\d\d):(\d\d):(\d\d)(?:[.,](\d+))?"), _iso),
+    # ... and "2026-02-03 - 10:51:00" (Gin's layout with dashes)
+    ("iso", re.compile(r"(\d{4})-(\d\d)-(\d\d)(?:[T _]| - )(\d\d):(\d\d):(\d\d)(?:[.,](\d+))?"), _iso),
     # Go's log package and the programs that keep its layout (rclone, Gin): 2025/02/12 18:30:03, 2024/08/19 - 14:11:31
     ("ymd", re.compile(r"(\d{4})/(\d\d)/(\d\d)(?: -)? (\d\d):(\d\d):(\d\d)(?:[.,](\d+))?"), _iso),
     ("us", re.compile(r"\b(\d\d)/(\d\d)/(\d{4}),? (\d\d):(\d\d):(\d\d)"), _us),
