@@ -16,6 +16,7 @@ with a total per folder and for the whole corpus.
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import tempfile
 import time
@@ -37,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--whole", action="store_true",
                         help="ours and every tests/fixtures/incidents-blind/round-N in one pass")
     args = parser.parse_args(argv)
+    # `timeout` or a closed terminal: exit through the cases' cleanup (each stops its stand-ins and sshd), never
+    # leaving stand-ins that spin a core for hours (SIGTERM's default ends Python without any `finally`)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    signal.signal(signal.SIGHUP, lambda signum, frame: sys.exit(128 + signum))
     if args.whole:
         args.corpus = [CORPUS, *sorted((CORPUS.parent / "incidents-blind").glob("round-*"))]
     if args.write_baseline and [c.resolve() for c in args.corpus] != [CORPUS.resolve()]:
