@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional
 import pytest
 
 from console.agent.diagnosis import diagnose as dg
+from console.agent.diagnosis import signatures
 from console.agent.diagnosis.signatures import read_tail
 from console.agent.ops import OPS
 from console.agent.wire import config as agent_config
@@ -40,6 +41,12 @@ def rec(pid: int, ppid: int, cmdline: str, state: str = "S", wchan: Optional[str
     return {"pid": pid, "ppid": ppid, "name": cmdline.split()[0].rsplit("/", 1)[-1], "cmdline": cmdline,
             "state": state, "wchan": wchan, "cpu": cpu, "rss": 4 << 20, "start": start or time.time() - 3600,
             "gpu_mem": None}
+
+
+def code_of(line: str) -> str | None:
+    """The code one log line gets from the signature table (None: no signature, or a harmless line)."""
+    sig = signatures.match_line(line)
+    return sig.code if sig is not None and not signatures.is_harmless(line) else None
 
 
 def logs_of(directory: Path) -> List[Dict[str, Any]]:

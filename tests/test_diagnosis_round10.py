@@ -12,15 +12,10 @@ from typing import Any, Dict
 
 import pytest
 
-from console.agent.diagnosis import codes, completion, progress, signatures
+from console.agent.diagnosis import codes, completion, progress
 from console.agent.diagnosis import diagnose as dg
 from console.agent.diagnosis.events import level_cap
-from tests.test_diagnose import logs_of, rec
-
-
-def code_of(line: str) -> str | None:
-    sig = signatures.match_line(line)
-    return sig.code if sig is not None and not signatures.is_harmless(line) else None
+from tests.test_diagnose import code_of, logs_of, rec
 
 
 # -- the fabric between hosts failed: a code of its own (the operator checks NICs, links, ports, not the GPU) -------

@@ -12,15 +12,10 @@ from typing import Any, Dict, List
 
 import pytest
 
-from console.agent.diagnosis import completion, events, signatures
+from console.agent.diagnosis import completion, events
 from console.agent.diagnosis import diagnose as dg
 from console.agent.diagnosis.timeline import Timeline
-from tests.test_diagnose import logs_of, rec
-
-
-def code_of(line: str) -> str | None:
-    sig = signatures.match_line(line)
-    return sig.code if sig is not None and not signatures.is_harmless(line) else None
+from tests.test_diagnose import code_of, logs_of, rec
 
 
 # -- how finished runs with no process left say so: a package manager's, a logger's, a script's closing word -------

@@ -11,16 +11,11 @@ from typing import Any, Dict, List
 
 import pytest
 
-from console.agent.diagnosis import codes, completion, signatures
+from console.agent.diagnosis import codes, completion
 from console.agent.diagnosis import diagnose as dg
 from console.agent.diagnosis.gather import companions, log_candidates, referenced_logs
 from console.agent.diagnosis.liveness import LOADING_RE
-from tests.test_diagnose import TRAIN_BENCH, act, activity, busy_gpus, gpu, logs_of, rec, silent_log_facts
-
-
-def code_of(line: str) -> str | None:
-    sig = signatures.match_line(line)
-    return sig.code if sig is not None and not signatures.is_harmless(line) else None
+from tests.test_diagnose import TRAIN_BENCH, act, activity, busy_gpus, code_of, gpu, logs_of, rec, silent_log_facts
 
 
 # -- a refused or corrupted download -------------------------------------------------------------------------

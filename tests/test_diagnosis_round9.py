@@ -11,15 +11,10 @@ from typing import Any, Dict
 
 import pytest
 
-from console.agent.diagnosis import completion, progress, signatures
+from console.agent.diagnosis import completion, progress
 from console.agent.diagnosis import diagnose as dg
 from console.agent.diagnosis.liveness import LOADING_RE
-from tests.test_diagnose import logs_of, rec
-
-
-def code_of(line: str) -> str | None:
-    sig = signatures.match_line(line)
-    return sig.code if sig is not None and not signatures.is_harmless(line) else None
+from tests.test_diagnose import code_of, logs_of, rec
 
 
 # -- GPU memory in the allocators' own words: a device allocation call, RMM's pools, CuPy's pool -----------------
