@@ -32,3 +32,22 @@ class Recorder:
     async def wait_for(self, predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
         """``until(predicate)``; a time-out also says the last statuses reported."""
         return await until(predicate, timeout, what, interval=0.05, detail=lambda: f"statuses: {self.statuses[-5:]}")
+
+
+def watched_link(inst: Any) -> tuple[Any, Recorder, Any]:
+    """An ``SshLink`` for ``inst`` feeding both a ``Recorder`` and a real ``FleetState``: ``(link, rec, state)``."""
+    from console.core.state import FleetState
+    from console.link import SshLink
+
+    rec, state = Recorder(), FleetState()
+    state.add_instance(inst)
+
+    def on_frame(name: str, frame: dict[str, Any]) -> None:
+        rec.on_frame(name, frame)
+        state.apply_frame(name, frame)
+
+    def on_status(name: str, status: str, detail: str) -> None:
+        rec.on_status(name, status, detail)
+        state.set_link_status(name, status, detail)
+
+    return SshLink(inst, on_frame, on_status), rec, state

@@ -16,7 +16,7 @@ from console import agentless as al
 from console.core.state import FleetState
 from console.inventory import Instance
 from console.link import SshLink
-from tests.recorder import Recorder
+from tests.recorder import Recorder, watched_link
 from tests.support.sshd import Sshd, ssh_instance
 
 MIB = 1024 * 1024
@@ -329,20 +329,8 @@ async def test_host_without_python_is_served_agentless(sshd: Sshd, tmp_path: Pat
     log.write_text("booting\n")
     tag = f"{time.time() % 1000:.4f}{os.getpid() % 97}"
     sleeper = subprocess.Popen(["sleep", f"{600}.{tag.replace('.', '')}"])
-    rec = Recorder()
-    state = FleetState()
     inst = ssh_instance(sshd, python="/nonexistent/bin/python3", logs=(str(log),), interval=0.5)
-    state.add_instance(inst)
-
-    def on_frame(name: str, frame: dict) -> None:
-        rec.on_frame(name, frame)
-        state.apply_frame(name, frame)
-
-    def on_status(name: str, status: str, detail: str) -> None:
-        rec.on_status(name, status, detail)
-        state.set_link_status(name, status, detail)
-
-    link = SshLink(inst, on_frame, on_status)
+    link, rec, state = watched_link(inst)
     link.start()
     try:
         await rec.wait_for(lambda: link.status == "connected", what="connected")

@@ -14,11 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from console.core.state import FleetState
-from console.inventory import Instance
-from console.link import SshLink
 from console.link import ssh as ssh_link
-from tests.recorder import Recorder
+from tests.recorder import watched_link
 from tests.support.sshd import Sshd, full_home, ssh_instance
 
 pytestmark = pytest.mark.skipif(
@@ -37,27 +34,12 @@ def full_sshd(tmp_path: Path) -> Iterator[Sshd]:
         server.stop()
 
 
-def _watched(inst: Instance) -> tuple[SshLink, Recorder, FleetState]:
-    rec, state = Recorder(), FleetState()
-    state.add_instance(inst)
-
-    def on_frame(name: str, frame: dict) -> None:
-        rec.on_frame(name, frame)
-        state.apply_frame(name, frame)
-
-    def on_status(name: str, status: str, detail: str) -> None:
-        rec.on_status(name, status, detail)
-        state.set_link_status(name, status, detail)
-
-    return SshLink(inst, on_frame, on_status), rec, state
-
-
 async def test_a_full_disk_is_watched_agentless_then_the_agent_comes_back_when_there_is_room(
     full_sshd: Sshd, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(ssh_link, "UPLOAD_RETRY_SECONDS", 3.0)  # minutes on a real host; the test has no minutes
     sleeper = subprocess.Popen(["sleep", "600.%d" % (os.getpid() % 1000)])
-    link, rec, state = _watched(ssh_instance(full_sshd, interval=0.5))
+    link, rec, state = watched_link(ssh_instance(full_sshd, interval=0.5))
     link.start()
     try:
         await rec.wait_for(lambda: link.status == "connected", what="connected", timeout=40)

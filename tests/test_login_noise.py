@@ -14,10 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from console.core.state import FleetState
-from console.inventory import Instance
-from console.link import SshLink
-from tests.recorder import Recorder
+from tests.recorder import watched_link
 from tests.support.sshd import Sshd, ssh_instance
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,25 +31,10 @@ def noisy_sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
         server.stop()
 
 
-def _watched(inst: Instance) -> tuple[SshLink, Recorder, FleetState]:
-    rec, state = Recorder(), FleetState()
-    state.add_instance(inst)
-
-    def on_frame(name: str, frame: dict) -> None:
-        rec.on_frame(name, frame)
-        state.apply_frame(name, frame)
-
-    def on_status(name: str, status: str, detail: str) -> None:
-        rec.on_status(name, status, detail)
-        state.set_link_status(name, status, detail)
-
-    return SshLink(inst, on_frame, on_status), rec, state
-
-
 async def test_the_agent_connects_through_a_login_banner_and_answers(noisy_sshd: Sshd, tmp_path: Path) -> None:
     log = tmp_path / "bench.log"
     log.write_text("step 1\n")
-    link, rec, state = _watched(ssh_instance(noisy_sshd, logs=(str(log),), interval=0.5))
+    link, rec, state = watched_link(ssh_instance(noisy_sshd, logs=(str(log),), interval=0.5))
     link.start()
     try:
         await rec.wait_for(lambda: link.status == "connected", what="connected", timeout=40)
@@ -69,7 +51,7 @@ async def test_the_agent_connects_through_a_login_banner_and_answers(noisy_sshd:
 
 async def test_agentless_mode_reads_its_polls_through_a_login_banner(noisy_sshd: Sshd) -> None:
     sleeper = subprocess.Popen(["sleep", "600.%d" % (os.getpid() % 1000)])
-    link, rec, state = _watched(ssh_instance(noisy_sshd, python="/nonexistent/bin/python3", interval=0.5))
+    link, rec, state = watched_link(ssh_instance(noisy_sshd, python="/nonexistent/bin/python3", interval=0.5))
     link.start()
     try:
         await rec.wait_for(lambda: link.status == "connected", what="connected", timeout=40)
