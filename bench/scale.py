@@ -447,8 +447,11 @@ async def drive_console(fleet_path: Path, hosts: int, replay_pid: int | None, *,
             out["detail_settled_s"] = round(time.monotonic() - t_start, 1)
         workers = link_workers(controller)
         out["link_workers"] = len(workers)
+        gc_before = (app.idle_gc.collections, app.idle_gc.pause_total_ms)
         _wall, ui, linked, others = await steady_cpu(steady, me, workers, {"replay": replay} if replay else {})
         out["ui_cpu_pct"] = round(ui, 1)
+        out["gc_full"] = app.idle_gc.collections - gc_before[0]  # the UI's full collections in the steady window
+        out["gc_ms_per_s"] = round((app.idle_gc.pause_total_ms - gc_before[1]) / steady, 2)
         out["workers_cpu_pct"] = round(linked, 1) if workers else None
         out["console_cpu_pct"] = round(ui + linked, 1)
         if "replay" in others:
@@ -481,6 +484,8 @@ LINES = [
     ("console_cpu_pct", "steady console CPU (UI process + link workers)", "% of a core"),
     ("ui_cpu_pct", "  of which the UI process", "% of a core"),
     ("workers_cpu_pct", "  of which the link workers", "% of a core"),
+    ("gc_full", "  the UI's full collections in that window", ""),
+    ("gc_ms_per_s", "  their pauses", "ms a second"),
     ("replay_cpu_pct", "replay host CPU", "% of a core"),
     ("rss_mb", "console RSS (UI process)", "MB"),
     ("workers_rss_mb", "link workers' RSS (all)", "MB"),

@@ -9,7 +9,7 @@ import weakref
 from pathlib import Path
 
 from console.ui.app import FREEZE_AFTER
-from console.ui.idle_gc import MAX_GAP, MIN_GAP, QUIET, IdleCollector
+from console.ui.idle_gc import MAX_GAP, MIN_GAP, QUIET, SWEEP_EVERY, IdleCollector
 from tests.support.app import make_app
 from tests.support.wait import until
 
@@ -74,6 +74,32 @@ def test_it_collects_in_a_pause_of_the_keys_and_not_while_they_come() -> None:
     finally:
         collector.uninstall()
     assert gc.get_threshold() == before
+
+
+def test_survivors_leave_the_collectors_way_and_a_sweep_still_frees_their_cycles() -> None:
+    """What survives a full collection is frozen (the next one scans only what came since), yet a cycle among
+    frozen objects that becomes garbage later is freed by the next sweep, SWEEP_EVERY seconds on: not kept for good."""
+    clock = Clock()
+    collector = IdleCollector(clock)
+    collector.install()
+    try:
+        alive = Cycle()  # long-lived state: survives the collection below
+        make_due()
+        clock.now += MIN_GAP + QUIET + 1
+        assert collector.tick() and collector.sweeps == 0
+        assert gc.is_tracked(alive) and not any(alive is o for o in gc.get_objects(2)), "survivor not frozen"
+        ref = weakref.ref(alive)
+        del alive  # garbage now, but frozen: plain full collections do not see it
+        make_due()
+        clock.now += MIN_GAP + QUIET + 1
+        assert collector.tick() and ref() is not None
+        clock.now = collector.swept_at + SWEEP_EVERY
+        make_due()
+        assert collector.tick() and collector.sweeps == 1 and ref() is None
+        assert collector.pause_total_ms >= collector.pause_ms >= 0
+    finally:
+        collector.uninstall()
+        gc.unfreeze()
 
 
 def test_nothing_due_nothing_collected() -> None:
