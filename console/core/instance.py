@@ -87,6 +87,7 @@ class InstanceState:
         self.status_detail = ""
         self.version = 0  # bumped on every change (UI caches key on it)
         self.updated_at = 0.0  # console clock of the last change
+        self.derived_at: Optional[float] = None  # console clock of the last status derivation (FleetState.tick)
         self.idle_seconds = 0  # seconds every GPU has been idle, on the host's clock (frame_handlers._on_gpu)
         self.bench_patterns: List[re.Pattern[str]] = []
         self.bench_running: Optional[bool] = None  # None: unknown (no patterns or no process list yet)

@@ -79,6 +79,11 @@ __all__ = [  # the names other modules import from here (the ones defined elsewh
 ]
 
 MAX_EVENTS = 200
+# An instance whose status was derived less than this long ago (a frame came) is current to within a tick:
+# the tick (about once a second) leaves it. A frame of a third of a thousand hosts comes in any second, so the
+# tick derives two thirds of them, not all; what time alone changes (stale, a connect timeout, the start-up
+# grace, all seconds to minutes) is at most this much later than its own second.
+TICK_FRESH = 1.0
 MAX_PROBE_LINES = 2000
 
 
@@ -141,6 +146,7 @@ class FleetState:
         self._totals.note_changed(inst.name)
 
     def _rederive(self, inst: InstanceState, now: float) -> None:
+        inst.derived_at = now
         status, detail = derive_status(inst, now)
         old = inst.status
         if status != old:
@@ -245,11 +251,14 @@ class FleetState:
         self._rederive(inst, now)
 
     def tick(self, now: Optional[float] = None) -> None:
-        """Re-derive time-based states; stale panes are marked dirty so their age keeps counting."""
+        """Re-derive time-based states (of the instances not derived within ``TICK_FRESH``); stale panes are
+        marked dirty so their age keeps counting."""
         if now is None:
             now = self.clock()
         for inst in self.instances.values():
-            self._rederive(inst, now)
+            derived = inst.derived_at
+            if derived is None or not 0.0 <= now - derived < TICK_FRESH:
+                self._rederive(inst, now)
             if inst.status == "stale":
                 self._dirty.add(inst.name)
 

@@ -225,7 +225,8 @@ class ReplayState(ObservedState):
 
 # the InstanceState fields on the console's clock (a field added there must be added here: the test in
 # tests/test_replay_clock.py compares a shifted state with one fed shifted and names what differs)
-_TIMES = ("link_since", "connected_at", "last_frame", "diagnosis_at", "restarted_at", "gpu_at", "settle_until")
+_TIMES = ("link_since", "connected_at", "last_frame", "diagnosis_at", "restarted_at", "gpu_at", "settle_until",
+          "derived_at")
 _TIME_RINGS = ("reconnects", "gpu_ts")
 
 
