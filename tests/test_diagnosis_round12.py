@@ -194,6 +194,10 @@ def test_known_classes_in_other_wordings(line: str, code: str) -> None:
     assert code_of(line) == code, line
 
 
+def test_a_warning_that_an_opencl_error_may_come_is_no_oom() -> None:
+    assert code_of('             This may cause "CL_OUT_OF_RESOURCES" or related errors.') != "cuda_oom"
+
+
 # -- a missing file the program answers with its default, a resume probe: no missing input ------------------------
 @pytest.mark.parametrize("line", [
     "WARNING 2022-08-07 10:21:03,101 launch.py:423] Not found distinct arguments and compiled with cuda or xpu. "

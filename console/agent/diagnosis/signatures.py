@@ -197,7 +197,9 @@ SIGNATURES: List[Signature] = [
          r"|out_of_memory: RMM failure|\bMaximum pool size exceeded|cupy\.cuda\.memory\.OutOfMemoryError"
          r"|Out of memory allocating [\d,]+ bytes \(allocated so far|out of memory to allocate \d+ bytes \(total"
          # other GPU APIs' allocation failures: OpenCL (a prover's GPU FFT/MSM), Vulkan (llama.cpp, ncnn, wgpu)
-         r"|\bCL_MEM_OBJECT_ALLOCATION_FAILURE\b|\bCL_OUT_OF_RESOURCES\b|\bVK_ERROR_OUT_OF_DEVICE_MEMORY\b"
+         # (not a warning that one "may cause" it: hashcat's)
+         r"|^(?!.*\b(?:may|might|can|could) cause\b).*?\bCL_(?:MEM_OBJECT_ALLOCATION_FAILURE|OUT_OF_RESOURCES)\b"
+         r"|\bVK_ERROR_OUT_OF_DEVICE_MEMORY\b"
          r"|\bErrorOutOfDeviceMemory\b"
          # a server's start-up check of free GPU memory (vLLM V1, TGI's warm-up)
          r"|Free memory on device .{0,60}\bis less than desired GPU memory utilization"
