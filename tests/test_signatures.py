@@ -120,6 +120,10 @@ CASES = [
     ("transport/net_ib.cc:1697 NCCL WARN NET/IB : Got completion from peer 10.0.0.2<54731> with status=12 "
      "opcode=0 len=0 vendor err 129 (Recv)", "network_error"),
     ("curl: (60) SSL certificate problem: certificate is not yet valid", "clock_skew"),
+    # blind round 12's codes: an NVSwitch fabric that is not up, a wedged driver
+    ("RuntimeError: Unexpected error from cudaGetDeviceCount(). Error 802: system not yet initialized",
+     "fabric_manager_down"),
+    ("nvidia-smi query timed out after 30 s", "driver_hung"),
     ("RuntimeError: The NVIDIA driver on your system is too old (found version 11040).", "driver_mismatch"),
     ("CUDA error: 35 (0x23) cudaErrorInsufficientDriver : CUDA driver version is insufficient for CUDA runtime "
      "version", "driver_mismatch"),

@@ -18,7 +18,7 @@ from ..wire.wording import code_words, plural
 from . import codes, rank, signatures
 from .completion import closing_table, last_words, words_start
 from .events import PERSISTENT, SEVERITY_LEVEL, Episode, kernel_episodes, log_episodes
-from .liveness import CPU_MOVING, Liveness, assess, building, building_line, loading, loading_words
+from .liveness import CPU_MOVING, Liveness, assess, building, building_line, loading, loading_words, long_step_words
 from .mig import mig_layout
 from .motion import DOWNLOADING_RE, slowdown, stalls, warnings_while_working
 from .named_cause import causes_named_by_the_failure
@@ -392,11 +392,14 @@ def still_loading(facts: Dict[str, Any], progress: Dict[str, LogProgress], procs
                   steps: List[Step]) -> Processes:
     """A run still loading what it needs (its latest progress a load or download meter that moves) is starting,
     however old its processes: the verdict's start-up rule then applies (``rank.choose``)."""
-    if not procs.bench or procs.young_entry is not None or live.idle_server():
+    if not procs.bench or procs.young_entry is not None:
         return procs
     stall = float(facts.get("stall_seconds") or DEFAULTS["stall_seconds"])
     logs = {log["path"]: log for log in facts.get("logs") or [] if not log.get("error")}
-    found = loading(progress, logs, stall)
+    found = long_step_words(logs, now_of(facts)) if not progress and live.moving() else None
+    if found is None and live.idle_server():
+        return procs
+    found = found or loading(progress, logs, stall)
     if found is None and not progress and live.cpu is not None and live.cpu >= CPU_MOVING:
         found = loading_words(logs, now_of(facts), stall)  # no meter: its last words say it builds, CPU busy
     if found is not None:

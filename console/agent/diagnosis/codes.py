@@ -20,6 +20,9 @@ from typing import Dict
 CODES: Dict[str, tuple] = {
     "gpu_lost": ("hardware", 100, "GPU lost",
                  "a GPU fell off the bus or stopped answering; the host needs a GPU reset or a reboot"),
+    "driver_hung": ("hardware", 100, "NVIDIA driver hung",
+                    "the NVIDIA driver is wedged (NVML/nvidia-smi calls time out, processes stuck in the driver in D "
+                    "state, often after an Xid storm): drain the host and reboot it"),
     "gpu_ecc": ("hardware", 99, "GPU memory ECC error",
                 "uncorrectable ECC error or failed row remapping: reset the GPU; if it repeats, replace it"),
     "gpu_faulty": ("hardware", 98, "GPU faulty",
@@ -29,6 +32,10 @@ CODES: Dict[str, tuple] = {
                    "node out, reset the GPUs and NVSwitch fabric, service the baseboard if it repeats"),
     "no_gpu_driver": ("hardware", 97, "no NVIDIA driver",
                       "the NVIDIA driver is not loaded or the container cannot see the GPUs"),
+    "fabric_manager_down": ("hardware", 96, "NVSwitch fabric manager down",
+                            "an NVSwitch machine's nvidia-fabricmanager is stopped, failed or of another version than "
+                            "the driver, so CUDA answers 802 (system not yet initialized): install the Fabric Manager "
+                            "of the driver's exact version and start it"),
     "driver_mismatch": ("hardware", 96, "driver mismatch",
                         "the NVIDIA driver is too old for the CUDA runtime, or was upgraded under a loaded module"),
     "container_runtime_missing": ("hardware", 95, "container GPU runtime missing",

@@ -101,6 +101,10 @@ COMPLETION: List[Pattern[str]] = [re.compile(p, _I) for p in (
     # a test program's closing words: HPL's "End of Tests." after "1 tests completed and passed residual checks"
     r"^\s*end of (?:tests?|runs?|jobs?|benchmarks?|program|training|script)\s*[.!]*\s*$",
     r"\b[1-9]\d* tests? (?:completed and )?passed\b|\ball (?:\d+ )?tests? passed\b|\.{3,}\s*PASSED\s*$",
+    # a diagnostic's or a benchmark's verdict: bandwidthTest's "Result = PASS", "Test PASSED", TensorRT's "&&&& PASSED",
+    # gpu-burn's "GPU 0: OK (...)", nccl-tests' "# Out of bounds values : 0 OK", a script's "<command> exit 0"
+    r"^\s*&&&& PASSED\b|\b(?:test|tests|result|check|diag(?:nostics?)?|verdict|status)\s*(?:[:=]\s*)?PASS(?:ED)?\b"
+    r"|^\s*GPU\s*\d+\s*:\s*OK\b|[:=]\s*0\s+OK\s*$|\bexit(?:ed)?\s*[:=]?\s*0\s*[.!]?\s*$",
     # a verification passed: "proof verified in 0.41s", "[INFO]  snarkJS: OK!", "verification: passed"
     r"(?<!\bnot )(?<!\bun)\bverified\b(?! false)|\bverification (?:ok|passed|succeeded|successful|true)\b|:\s*OK!?\s*$",
     r"\bverification (?:status|result)\s*[:=]\s*(?:true|ok|passed|success|valid)\b",
@@ -114,10 +118,13 @@ COMPLETION: List[Pattern[str]] = [re.compile(p, _I) for p in (
 # are a model's size or a warm-up's figure): nccl-tests' "# Avg bus bandwidth : 92.34", "mean latency = 3.2 ms"
 CLOSING_LINES = 5
 CLOSING_SUMMARY = re.compile(
-    r"(?:^|[#:>\]]\s*)(?:avg|average|mean|overall|aggregate|total)\b[\w ()/.-]{0,40}?\s*[:=]\s*[-+]?\d", _I)
+    r"(?:^|[#:>\]]\s*)(?:avg|average|mean|overall|aggregate|total)\b[\w ()/.-]{0,40}?\s*[:=]\s*[-+]?\d"
+    # ... or a total with no colon: nvbandwidth's "SUM device_to_device_memcpy_read_ce 715.53", "TOTAL all 12.3 GB/s"
+    r"|^\s*(?:sum|total|average|avg|mean|aggregate)\s+[\w./:-]+\s+[-+]?\d[\d.,]*(?:\s*[A-Za-z/]+)?\s*$", _I)
 # ... and a report of what failed is no results block: Paddle's "Error Message Summary:", pytest's "short test
 # summary info" under FAILED lines, "Failure summary", "Warnings summary"
-NOT_COMPLETION = re.compile(r"\bsummary at\b|\bresults? (?:will|would|are being|is being)\b|\bno results\b"
+NOT_COMPLETION = re.compile(r"(?<!\b0 )(?-i:\bFAIL(?:ED)?\b)"
+                            r"|\bsummary at\b|\bresults? (?:will|would|are being|is being)\b|\bno results\b"
                             r"|\b(?:errors?|failures?|failed|exceptions?|warnings?|crash)\W+(?:\w+ )?summary\b", _I)
 NONZERO_EXIT = re.compile(
     r"\bexit(?:ed)?(?:\s+with)?(?:\s+(?:code|status))?\s*[:=]?\s*-?[1-9]\d*\b|returned non-zero exit status"
@@ -185,7 +192,11 @@ def last_words(log: Dict[str, Any], bench_re: Optional[Pattern[str]] = None,
 
 # a traceback's frame line: the next line quotes the program's source
 FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
-TABLE_ROW = re.compile(r"^\s*[|\u2502\u2503].*[|\u2502\u2503]\s*$")
+BORDER_ROW = re.compile(r"^\s*\+[-=+ \w]*\+\s*$")  # "+-----  Stress  ----+----+": a box table's border
+TABLE_ROW = re.compile(r"^\s*[|\u2502\u2503].*[|\u2502\u2503]\s*$|^\s*\+[-=+ \w]*\+\s*$")
+# a verdict table's cells: every test passed ("| PCIe | Pass - All |", dcgmi diag), or one did not
+PASS_CELL = re.compile(r"[|\u2502]\s*(?:Pass(?:ed)?|PASS(?:ED)?|OK|Success)\b")
+FAIL_CELL = re.compile(r"[|\u2502]\s*(?:Fail(?:ed|ure)?|FAIL(?:ED)?|Warn(?:ing)?|WARN|Error|ERROR)\b")
 
 
 def _closing_table(lines: List[str]) -> Optional[int]:
@@ -200,10 +211,12 @@ def _closing_table(lines: List[str]) -> Optional[int]:
         if not TABLE_ROW.match(text):
             break
         rows.append(i)
-    if len(rows) < 3:
-        return _numeric_table(lines)
-    if not any(re.search(r"\d", lines[i]) for i in rows):
-        return None
+    if len(rows) < 3 or (BORDER_ROW.match(lines[rows[0]]) and not any(PASS_CELL.search(lines[i]) for i in rows)):
+        return _numeric_table(lines)  # a boxed table closes a run as a verdict table only (not nvidia-smi's box)
+    if any(FAIL_CELL.search(lines[i]) for i in rows):
+        return None  # a test in the table did not pass
+    if not any(re.search(r"\d", lines[i]) or PASS_CELL.search(lines[i]) for i in rows):
+        return None  # numbers, or a verdict table whose tests passed
     if any(FAILED_WORDS.search(lines[i]) or NONZERO_EXIT.search(lines[i]) for i in rows):
         return None
     return rows[-1]

@@ -33,7 +33,7 @@ KERNEL_IGNORED = frozenset(("missing_input", "timeout", "transport_error", "comm
                             "permission_denied", "child_failed", "python_traceback", "download_failed",
                             "library_missing", "version_mismatch", "install_failed", "credentials_refused",
                             "waiting_input", "diverged", "gpu_faulty"))
-HARDWARE = frozenset(("gpu_lost", "gpu_ecc", "no_gpu_driver", "driver_mismatch", "gpu_faulty"))
+HARDWARE = frozenset(("gpu_lost", "gpu_ecc", "no_gpu_driver", "driver_mismatch", "gpu_faulty", "fabric_manager_down"))
 NEVER_RECOVER = HARDWARE | frozenset(("host_oom_kill", "missing_input"))
 # what progress elsewhere does not make history: a hardware state, and conditions only a line ends
 PERSISTENT = HARDWARE | frozenset(signatures.CLEARED) - frozenset(("storage_stall",))
@@ -311,6 +311,25 @@ def _waits_on_swap(lines: List[str], i: int) -> bool:
     return False
 
 
+# a hung task's report that names the NVIDIA driver: the task is one of its tools, or its call trace waits inside the
+# driver's modules ("os_acquire_rwlock_read+0x35/0x50 [nvidia]", "[nvidia_uvm]", "[nvidia_modeset]")
+DRIVER_TASK_RE = re.compile(r"\btask (?:nvidia-smi|nvidia-persistenced|nv-hostengine|nvidia-modeset\S*|dcgmi)[:\s]")
+DRIVER_FRAME_RE = re.compile(r"\+0x[0-9a-f]+/0x[0-9a-f]+ \[nvidia(?:_uvm|_modeset|_drm|_peermem)?\]")
+
+
+def _waits_in_driver(lines: List[str], i: int) -> bool:
+    """Is the "blocked for more than" report at ``i`` one of a task stuck in the NVIDIA driver (its task's name or
+    its call trace, up to the next report)?"""
+    if DRIVER_TASK_RE.search(lines[i]):
+        return True
+    for text in lines[i + 1:i + 40]:
+        if "blocked for more than" in text:
+            break
+        if DRIVER_FRAME_RE.search(text):
+            return True
+    return False
+
+
 def kernel_episodes(facts: Dict[str, Any], now: float, run_started: Optional[float]) -> List[Episode]:
     """Episodes of the kernel log within ``dmesg_max_age``; those before the current run are stale."""
     dmesg = facts.get("dmesg") or {}
@@ -327,6 +346,9 @@ def kernel_episodes(facts: Dict[str, Any], now: float, run_started: Optional[flo
             continue  # (an NVLink Xid is the driver's report of a fault, no chatter)
         if hit["code"] == "storage_stall" and _waits_on_swap(lines, int(hit["line"]) - 1):
             continue  # a task blocked swapping pages in: the host's memory is overcommitted, no disk is stuck
+        if hit["code"] == "storage_stall" and _waits_in_driver(lines, int(hit["line"]) - 1):
+            hung = signatures.DRIVER_HUNG  # a task stuck inside the NVIDIA driver: the driver is wedged, no storage
+            hit = dict(hit, code=hung.code, severity=hung.severity, explanation=hung.explanation)
         m = DMESG_TS_RE.match(hit["text"])
         stamp = float(m.group(1)) if m else None
         if max_age and uptime and stamp is not None and stamp < float(uptime) - float(max_age):

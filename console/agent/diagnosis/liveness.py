@@ -81,7 +81,10 @@ LOADING_RE = re.compile(
 # a wheel, a crate
 BUILD_PROGRAM_RE = re.compile(
     r"^(?:ninja|make|cmake|cc1|cc1plus|c\+\+|g\+\+|gcc|clang(?:\+\+)?|ld|nvcc|cicc|ptxas|fatbinary|cudafe\+\+"
-    r"|cargo|rustc|pip|pip3|uv|maturin|trtllm-build|[\w.]+[-_]build)$")
+    r"|cargo|rustc|pip|pip3|uv|maturin|trtllm-build|[\w.]+[-_]build"
+    # package managers solving or installing the run's environment (conda's "Solving environment" prints nothing
+    # for minutes)
+    r"|conda|mamba|micromamba|pixi|poetry|pipenv)$")
 CHECKPOINT_RE = re.compile(r"\bsav(?:e|ing)\b.{0,40}\bcheckpoints?\b|\bcheckpoint(?:ing)?\b.{0,20}\bsav", re.IGNORECASE)
 
 
@@ -309,6 +312,30 @@ def loading_words(logs: Dict[str, Dict[str, Any]], now: float, stall: float) -> 
         if at is not None:
             text = lines[at][:400]
             return (short(text.strip(), 100), log["path"], at) if LOADING_RE.search(text) else None
+    return None
+
+
+# the program says its next step takes long and prints nothing meanwhile: "This can take many minutes" (ONNX
+# Runtime's TensorRT engine build), "this may take a while", "will take several minutes"
+LONG_STEP_RE = re.compile(
+    r"\b(?:can|could|may|might|will|would)\s+take\s+(?:up to\s+)?(?:a\s+)?(?:many|several|a few|some|long"
+    r"|\d+(?:\s*-\s*\d+)?)\s+(?:minutes?|mins?|hours?|time)\b|\b(?:can|could|may|might|will)\s+take\s+a\s+"
+    r"(?:long\s+)?while\b", re.IGNORECASE)
+LONG_STEP_WAIT = 1800.0  # seconds: how long a step announced as long may stay silent and still be starting
+
+
+def long_step_words(logs: Dict[str, Dict[str, Any]], now: float) -> Optional[Tuple[str, str, int]]:
+    """The freshest log's last words (3 lines) announce a step that takes minutes, written within
+    ``LONG_STEP_WAIT``: ``(line, path, index)``, or None. The caller asks for something to move (CPU, GPU, I/O)."""
+    dated = [lg for lg in logs.values() if lg.get("mtime") is not None]
+    for log in sorted(dated, key=lambda lg: -float(lg["mtime"]))[:1]:
+        if now - float(log["mtime"]) > LONG_STEP_WAIT:
+            return None
+        lines = log.get("lines") or []
+        last = [i for i in range(len(lines) - 1, -1, -1) if lines[i].strip()][:3]
+        for at in last:
+            if LONG_STEP_RE.search(lines[at][:600]):
+                return short(lines[at].strip(), 100), log["path"], at
     return None
 
 

@@ -28,7 +28,17 @@ import time
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .prefilter import Plan, Signature, match_line_fast, plan, triggers
-from .sigrows import CLOCK_SKEW, COMPILER, LAUNCH, NETWORK, NVLINK, ORDINAL, UNSCHEDULABLE
+from .sigrows import (
+    CLOCK_SKEW,
+    COMPILER,
+    DRIVER_HUNG,
+    FABRIC_MANAGER,
+    LAUNCH,
+    NETWORK,
+    NVLINK,
+    ORDINAL,
+    UNSCHEDULABLE,
+)
 from .sigtables import (
     CLEARED,
     COMPLETED,
@@ -42,7 +52,8 @@ from .sigtables import (
 from .tails import MAX_REPAINTS, collapse_cr, progress_percent, read_tail
 
 __all__ = [
-    "CLEARED", "COMPLETED", "CUSTOM_BUDGET", "CUSTOM_LINE_CAP", "HARMLESS", "MAX_REPAINTS", "NOT_CREDENTIALS",
+    "CLEARED", "COMPLETED", "CUSTOM_BUDGET", "CUSTOM_LINE_CAP", "DRIVER_HUNG", "HARMLESS", "MAX_REPAINTS",
+    "NOT_CREDENTIALS",
     "PANIC_CAUSES", "PANIC_PAYLOAD_END", "SECTION", "SIGNATURES", "UNAUTHORIZED", "Plan", "Signature",
     "builtin_plan", "collapse_cr", "compile_custom", "custom_notes", "is_completion", "is_harmless", "match_line",
     "match_line_fast", "plan", "progress_percent", "read_tail", "scan_lines", "triggers",
@@ -55,7 +66,7 @@ def _sig(code: str, severity: str, pattern: str, explanation: str, flags: int = 
 
 # fmt: off
 SIGNATURES: List[Signature] = [
-    NVLINK,
+    NVLINK, FABRIC_MANAGER, DRIVER_HUNG,
     _sig("gpu_lost", "critical",
          r"fallen off the bus|GPU is lost|NVRM: Xid \([^)]*\):\s*(?:79|119|120)\b"
          r"|Unable to determine the device handle for GPU|GPU requires reset",
@@ -89,7 +100,9 @@ SIGNATURES: List[Signature] = [
          r"|CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE|PTX was compiled with an unsupported toolchain"
          # code built by a newer toolkit or SDK than the driver knows: PTX (CUDA 222), the NVENC API (ffmpeg, OBS)
          r"|CUDA_ERROR_UNSUPPORTED_PTX_VERSION|cudaErrorUnsupportedPtxVersion"
-         r"|Driver does not support the required nvenc API version|minimum required Nvidia driver for nvenc is",
+         r"|Driver does not support the required nvenc API version|minimum required Nvidia driver for nvenc is"
+         # the container toolkit's check of the image's requirement against the host driver (NVIDIA_REQUIRE_CUDA)
+         r"|unsatisfied condition: (?:cuda|driver)\s*[<>=]|please update your driver to a newer version",
          "the NVIDIA driver and the CUDA libraries disagree (driver too old for the runtime, or upgraded "
          "under a loaded kernel module): update the driver or reboot, or use a build for this driver"),
     _sig("gpu_faulty", "critical",
@@ -182,7 +195,15 @@ SIGNATURES: List[Signature] = [
          # a device allocation call out of memory (Blender Cycles), RMM's pools (RAPIDS, dask-cuda), CuPy's pool
          r"|Out of memory in cu(?:Mem|da)\w*|System is out of GPU(?: and shared host)? memory"
          r"|out_of_memory: RMM failure|\bMaximum pool size exceeded|cupy\.cuda\.memory\.OutOfMemoryError"
-         r"|Out of memory allocating [\d,]+ bytes \(allocated so far|out of memory to allocate \d+ bytes \(total",
+         r"|Out of memory allocating [\d,]+ bytes \(allocated so far|out of memory to allocate \d+ bytes \(total"
+         # other GPU APIs' allocation failures: OpenCL (a prover's GPU FFT/MSM), Vulkan (llama.cpp, ncnn, wgpu)
+         # (not a warning that one "may cause" it: hashcat's)
+         r"|^(?!.*\b(?:may|might|can|could) cause\b).*?\bCL_(?:MEM_OBJECT_ALLOCATION_FAILURE|OUT_OF_RESOURCES)\b"
+         r"|\bVK_ERROR_OUT_OF_DEVICE_MEMORY\b"
+         r"|\bErrorOutOfDeviceMemory\b"
+         # a server's start-up check of free GPU memory (vLLM V1, TGI's warm-up)
+         r"|Free memory on device .{0,60}\bis less than desired GPU memory utilization"
+         r"|Not enough memory to handle \d+ (?:prefill|total|input) tokens",
          "GPU memory ran out (batch/model/context too large for this GPU, or another process holds memory)"),
     _sig("host_memory_exhausted", "error",
          r"memory allocation of \d+ bytes failed|std::bad_alloc|(?<![\w.])MemoryError\b(?!: CUDA)"
@@ -259,7 +280,10 @@ SIGNATURES: List[Signature] = [
          r"error while loading shared libraries|cannot open shared object file|Could not load library \S+\.so"
          r"|Unable to load any of \{|Library \S+ is not found or cannot be loaded|dlopen failed"
          r"|dlopen\([^)]*\) failed|failed to dlopen|libcuda\.so\S* cannot (?:be )?found"
-         r"|NvvmSupportError|libNVVM cannot be found|\blibrary (?:nvvm|nvrtc|cudart|cudadevrt) not found",
+         r"|NvvmSupportError|libNVVM cannot be found|\blibrary (?:nvvm|nvrtc|cudart|cudadevrt) not found"
+         # Paddle's dynamic loader, a loader's "lib*.so*: not found" / "not configured correctly"
+         r"|dynamic library \(\S+\) .{0,60}\bis not configured correctly"
+         r"|\blib[\w+-]+\.so(?:\.[\d.]+)?\s*(?:=>\s*|:\s*|\s(?:is|was)\s)?not found\b",
          "a shared library cannot be loaded (not installed, or not on LD_LIBRARY_PATH; libcuda.so: the driver's "
          "library is not mounted into the container): install it or fix the library path"),
     _sig("install_failed", "error",
@@ -289,6 +313,8 @@ SIGNATURES: List[Signature] = [
          r"|over its data quota|smudge filter lfs failed|Smudge error: Error downloading|LFS: Error downloading"
          r"|batch response: .{0,80}(?:bandwidth|quota|not found|Repository or object not found)"
          r"|An error occurred \((?:403|404|NoSuchKey|NoSuchBucket)\) when calling|\bNoSuchKey\b"
+         # the AWS Go SDK's error under s5cmd, rclone, goofys: "AccessDenied: Access Denied status code: 403"
+         r"|\b(?:AccessDenied|Forbidden|NotFound|NoSuchBucket)\b.{0,80}\bstatus code: 40[34]\b"
          r"|\bIncompleteRead\(\d+ bytes read|ContentTooShortError|ChunkedEncodingError|Connection broken: "
          r"|retrieval incomplete: got only"
          # a body that ended early or retries that ran out: reqwest/hyper's IncompleteBody (hf_transfer), Go's

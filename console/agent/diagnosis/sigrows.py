@@ -82,3 +82,29 @@ UNSCHEDULABLE = _sig(
     r"|\b\d+/\d+ nodes are available:.{0,120}\bInsufficient (?:nvidia\.com/gpu|cpu|memory)",
     "the scheduler cannot place the job: it asks for more GPUs/CPUs than the cluster has, and waits for ever: ask "
     "for what the host has, or add nodes")
+
+# fmt: off
+# An NVSwitch machine (HGX/DGX, p4d/p5) whose Fabric Manager is not running: CUDA answers 802 "system not yet
+# initialized" (cudaErrorSystemNotReady) until nvidia-fabricmanager has registered the GPUs with the NVLink fabric;
+# the unit's own failure (systemd's, nv-fabricmanager's version check against the driver) says why. Tried before
+# driver_mismatch (the unit's version check names the driver) and cuda_error (bandwidthTest's "code=802(...)").
+FABRIC_MANAGER = _sig(
+    "fabric_manager_down", "critical",
+    r"\bcudaErrorSystemNotReady\b|\bCUDA_ERROR_SYSTEM_NOT_READY\b|\bsystem not yet initiali[sz]ed\b"
+    r"|fabric ?manager\b.{0,80}\bdo(?:n't| not|es not) match with (?:the )?driver version"
+    r"|Failed to start (?:the )?NVIDIA fabric ?manager|nvidia-fabricmanager(?:\.service)?: (?:Failed with result"
+    r"|(?:Main|Control) process exited, code=exited, status=[1-9])"
+    r"|nv-fabricmanager\b.{0,120}\bfailed! Exit code: [1-9]",
+    "the NVSwitch fabric is not up: nvidia-fabricmanager is stopped, failed to start, or is another version than "
+    "the driver (CUDA says 802, system not yet initialized): install the Fabric Manager of the driver's exact "
+    "version and start it (systemctl enable --now nvidia-fabricmanager)")
+
+# The NVIDIA driver wedged: GPU-management calls (NVML, nvidia-smi) time out or hang, processes sit in the driver in
+# uninterruptible sleep (the kernel's hung-task reports through [nvidia] frames: events.py). A reboot clears it.
+DRIVER_HUNG = _sig(
+    "driver_hung", "critical",
+    r"\bNVML_ERROR_TIMEOUT\b|\bnvml\w*(?: \w+)? (?:query |call |request )?timed out\b"
+    r"|\bnvmlDevice\w+\b.{0,60}\btimed out\b|\bnvidia-smi\b.{0,40}\b(?:timed out|is hung|hangs|is stuck|got stuck)\b",
+    "the NVIDIA driver is hung (GPU management calls time out, processes stuck in the driver in D state): the "
+    "host needs a reboot (a GPU reset is rarely possible while processes are stuck); drain it first")
+# fmt: on

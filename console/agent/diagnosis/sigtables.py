@@ -24,6 +24,16 @@ HARMLESS: List[Pattern[str]] = [re.compile(p) for p in (
     # a container's read-only system paths (ldconfig's cache, sysctl, /proc/sys), not a failing disk
     r"(?:\bldconfig\S*:|\bsysctl:|[\s'\"]/(?:etc|usr|proc|sys)/).{0,160}Read-only file system"
     r"|Read-only file system:? ['\"]?/(?:etc|usr|proc|sys)/",
+    # a missing file or setting the program answers on the same line with its default (Paddle's launcher: "Not
+    # found distinct arguments ... Default use collective mode"), and a trainer's probe for a checkpoint to resume
+    # from (verl/Megatron's "Checkpoint tracker file does not exist", "no checkpoint found, training from scratch"):
+    # no error was raised
+    r"^(?!.*(?:Error|Exception)\b).*\b(?:[Nn]ot found|does not exist|No such file or directory)\b.{0,160}"
+    r"\b(?:[Dd]efault use|[Uu]sing (?:the )?defaults?|[Uu]se (?:the )?defaults?|[Ff]all(?:s|ing)? back to"
+    r"|(?:train\w*|start\w*) from scratch|will be created)\b",
+    r"^(?!.*(?:Error|Exception)\b).*\b(?:[Cc]heckpoint (?:tracker|metadata) file does not exist"
+    r"|[Nn]o (?:existing |previous |valid )?checkpoints? (?:found|exists?)\b.{0,80}\b(?:from scratch"
+    r"|start\w* (?:fresh|new)|training from|initializ\w+ from))",
 )]
 
 # What a panic's message names (the panic line itself, or the lines after a `panicked at file:line:col:` header
