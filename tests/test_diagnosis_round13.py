@@ -136,8 +136,8 @@ def test_a_test_running_overdue_with_a_busy_cpu_and_a_silent_log_is_hung(tmp_pat
 def test_a_build_tool_that_runs_what_it_built_is_not_building() -> None:
     now = time.time()
     bench = [rec(5, 1, "cargo test --release", start=now - 900)]
-    runs = bench + [rec(6, 5, "/srv/target/release/deps/boojum-5b1c0e1e --nocapture", state="R", start=now - 300)]
-    builds = bench + [rec(6, 5, "rustc --crate-name boojum --edition=2021", state="R", start=now - 300)]
+    runs = [*bench, rec(6, 5, "/srv/target/release/deps/boojum-5b1c0e1e --nocapture", state="R", start=now - 300)]
+    builds = [*bench, rec(6, 5, "rustc --crate-name boojum --edition=2021", state="R", start=now - 300)]
     via_shell = [rec(5, 1, "make -j8", start=now - 900), rec(6, 5, "/bin/sh -c gcc -c x.c", start=now - 10),
                  rec(7, 6, "gcc -c x.c", state="R", start=now - 10)]
     assert liveness.building({"processes": runs}, bench) is None
@@ -196,6 +196,18 @@ def test_a_workers_bad_alloc_relayed_at_info_is_host_memory_exhausted(tmp_path: 
              "8 seconds."]
     facts = _facts(tmp_path, "\n".join(lines) + "\n", 3, [], match=["torchserve"])
     assert _code(facts) == "host_memory_exhausted"
+
+
+@pytest.mark.parametrize("probe", [
+    '2022-06-08 15:27:12,104 [INFO ] pool-3-thread-1 ACCESS_LOG - /10.244.1.1:53190 "GET /ping HTTP/1.1" 200 1',
+    'INFO:     10.0.0.7:51234 - "GET /health HTTP/1.1" 200 OK',
+    '10.0.0.9 - - [08/Jun/2022:15:27:12 +0000] "GET /v2/health/ready HTTP/1.1" 200 0',
+])
+def test_a_health_probe_answered_is_no_sign_the_work_resumed(probe: str) -> None:
+    lines = ["2022-06-08 15:26:04,436 [INFO ] W-9000-m_1.0-stderr org.pytorch.serve.wlm.WorkerLifeCycle - terminate "
+             "called after throwing an instance of 'std::bad_alloc'", "Retry worker: 9000 in 8 seconds.", probe]
+    assert events.last_resumed(lines, None) == -1
+    assert events.last_resumed([*lines, '"POST /predictions/m HTTP/1.1" 200 512'], None) == 3
 
 
 @pytest.mark.parametrize("trace, code", [

@@ -64,6 +64,11 @@ RESUMED_RE = re.compile(
     r"|Uvicorn running on|\" 200\b|\b200 OK\b|\bsaved \[\d+/\d+\]|\bsucceeded\b|retry succeeded",
     re.IGNORECASE,
 )
+# a health probe answered (TorchServe's "GET /ping HTTP/1.1" 200, "/health", "/ready", "/metrics"): the front end
+# is up, which says nothing of the work (its workers may die and be retried behind it)
+HEALTH_PROBE_RE = re.compile(r"\"(?:GET|HEAD) /(?:v\d+/)?(?:ping|health\w*|ready\w*|live\w*|status|metrics)\b"
+                             r"[^\"]*\" 200\b",
+                             re.IGNORECASE)
 # a line that says something succeeded and something failed ("Clone succeeded, but checkout failed") is no resumption
 RESUMED_BUT_FAILED_RE = re.compile(r"\b(?:failed|failure|error|errors|aborted)\b", re.IGNORECASE)
 # a text UI's frame under its prompt (the box's empty rows and bottom border): no answer to the prompt
@@ -288,7 +293,8 @@ def last_resumed(lines: List[str], bench_re: Optional[Pattern[str]]) -> int:
         text = lines[i]
         if not text.strip():
             continue
-        resumed = RESUMED_RE.search(text) is not None and RESUMED_BUT_FAILED_RE.search(text) is None
+        resumed = RESUMED_RE.search(text) is not None and RESUMED_BUT_FAILED_RE.search(text) is None \
+            and not HEALTH_PROBE_RE.search(text)
         sample = progress.parse(text, bench_re)
         moving = sample is not None and not (sample.percent == 0 and sample.amount.strip("0. ") == "") \
             and not _redrawn_after_exception(lines, i)
