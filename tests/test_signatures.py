@@ -124,6 +124,9 @@ CASES = [
     ("RuntimeError: Unexpected error from cudaGetDeviceCount(). Error 802: system not yet initialized",
      "fabric_manager_down"),
     ("nvidia-smi query timed out after 30 s", "driver_hung"),
+    ("RuntimeError: CUDA unknown error - this may be due to an incorrectly set up environment, e.g. changing env "
+     "variable CUDA_VISIBLE_DEVICES after program start. Setting the available devices to be zero.",
+     "cuda_init_failed"),
     ("RuntimeError: The NVIDIA driver on your system is too old (found version 11040).", "driver_mismatch"),
     ("CUDA error: 35 (0x23) cudaErrorInsufficientDriver : CUDA driver version is insufficient for CUDA runtime "
      "version", "driver_mismatch"),

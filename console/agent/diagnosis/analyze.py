@@ -343,6 +343,8 @@ def cpu_fallback(facts: Dict[str, Any], procs: Processes, items: List[Item]) -> 
         at = next((i for i in range(len(lines) - 1, -1, -1) if FALLBACK_RE.search(lines[i][:400])), None)
         if log.get("error") or at is None:
             continue
+        if not any(i.role == "current" and i.severity == "info" and codes.tier(i.code) == "cause" for i in items):
+            _fallback_reason(log, at, items)  # the reason was a line the table calls harmless (TF's dlopen probes)
         for item in items:
             if item.role != "current" or item.severity != "info" or codes.tier(item.code) != "cause":
                 continue
@@ -354,6 +356,20 @@ def cpu_fallback(facts: Dict[str, Any], procs: Processes, items: List[Item]) -> 
             item.severity = sig.severity if sig is not None and sig.code == item.code else "error"
             item.summary += "; the run fell back to the CPU"
             item.evidence.append(ev(log["path"], int(log.get("first_line") or 1) + at, lines[at]))
+
+
+def _fallback_reason(log: Dict[str, Any], at: int, items: List[Item]) -> None:
+    """The GPU library's failure the run fell back for, when its line is one the table calls harmless on its own
+    (TensorFlow's ``Could not load dynamic library 'libcudnn.so.8'; dlerror``: a probe, unless the run then skips
+    the GPU): the last such line before the fallback, as an info finding for ``cpu_fallback`` to raise."""
+    lines: List[str] = log.get("lines") or []
+    for i in range(at - 1, max(-1, at - 30), -1):
+        sig = signatures.match_line(lines[i][:1000]) if GPU_BACKEND_RE.search(lines[i][:400]) else None
+        if sig is not None and codes.tier(sig.code) == "cause" and signatures.is_harmless(lines[i]):
+            first = int(log.get("first_line") or 1)
+            items.append(Item(sig.code, "info", "%s: %s" % (codes.label(sig.code), short(clean_message(lines[i]), 120)),
+                              [ev(log["path"], first + i, lines[i])]))
+            return
 
 
 def now_of(facts: Dict[str, Any]) -> float:

@@ -36,6 +36,10 @@ CODES: Dict[str, tuple] = {
                             "an NVSwitch machine's nvidia-fabricmanager is stopped, failed or of another version than "
                             "the driver, so CUDA answers 802 (system not yet initialized): install the Fabric Manager "
                             "of the driver's exact version and start it"),
+    "cuda_init_failed": ("hardware", 96, "CUDA cannot initialize",
+                         "CUDA's initialization fails with an unknown error (cuInit 999) while NVML still answers, "
+                         "typically after a suspend/resume or with a stale nvidia_uvm module: reload nvidia_uvm "
+                         "(no GPU process running) or reboot"),
     "driver_mismatch": ("hardware", 96, "driver mismatch",
                         "the NVIDIA driver is too old for the CUDA runtime, or was upgraded under a loaded module"),
     "container_runtime_missing": ("hardware", 95, "container GPU runtime missing",

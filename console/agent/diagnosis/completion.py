@@ -36,6 +36,10 @@ COMPLETION: List[Pattern[str]] = [re.compile(p, _I) for p in (
     r"\b(?:training|fine-?tuning|pre-?training|evaluation|eval|inference|generation|benchmark(?:ing)?|sealing"
     r"|proving|run|job|export|conversion|burn-?in)\s+(?:is\s+|has\s+|was\s+)?(?:complete|completed|finished|done"
     r"|ended|succeeded)\b",
+    # a backup's or a sync's end: "backup of /srv/ckpt complete", "sync finished" (not one layer's or file's "Download
+    # complete": docker, aria2c)
+    r"\b(?:backup|sync|restore|mirror|snapshot|stage-?(?:in|out))\b(?: of \S+(?: \S+)?)?"
+    r"\s+(?:is\s+|was\s+|has\s+)?(?:complete|completed|finished|done|succeeded)\b(?!\s+with errors)",
     r"\b(?:finished|completed|done)\s+(?:training|fine-?tuning|evaluation|benchmark(?:ing)?|the run"
     r"|all (?:steps|epochs|iterations|jobs|tasks|runs))\b",
     r"\b(?:finished|completed|ended|exited) (?:successfully|ok|normally|cleanly|without errors?)\b",
@@ -71,7 +75,8 @@ COMPLETION: List[Pattern[str]] = [re.compile(p, _I) for p in (
     # the work counted to its total: "Progress.....: 14344384/14344384 (100.00%)" (hashcat), "24/24 frames written"
     r"\b([1-9]\d*)\s*/\s*\1\b(?![\d.])\s*(?:\(\s*100(?:\.0+)?\s*%\s*\)|(?:[\w()-]+\s+){1,3}?(?:written|saved"
     r"|rendered|processed|done|completed|finished|uploaded|transferred|converted|exported|transcribed|encoded"
-    r"|generated|verified|passed|succeeded)\b)",
+    r"|generated|verified|passed|succeeded|synthesi[sz]ed|downloaded|copied|backed up|fetched|built|installed"
+    r"|tested|evaluated|computed|proved|indexed|mirrored|synced|restored)\b)",
     r"\b(?:wrote|saved|rendered|processed|completed|finished|uploaded|transferred|converted|exported|transcribed"
     r"|encoded|generated|verified|passed)\s+([1-9]\d*)\s*/\s*\1\b(?![\d.])",
     # a workflow manager's closing tally: Nextflow's "Succeeded   : 40" (printed on success only), Snakemake's "41 of
@@ -120,7 +125,10 @@ CLOSING_LINES = 5
 CLOSING_SUMMARY = re.compile(
     r"(?:^|[#:>\]]\s*)(?:avg|average|mean|overall|aggregate|total)\b[\w ()/.-]{0,40}?\s*[:=]\s*[-+]?\d"
     # ... or a total with no colon: nvbandwidth's "SUM device_to_device_memcpy_read_ce 715.53", "TOTAL all 12.3 GB/s"
-    r"|^\s*(?:sum|total|average|avg|mean|aggregate)\s+[\w./:-]+\s+[-+]?\d[\d.,]*(?:\s*[A-Za-z/]+)?\s*$", _I)
+    r"|^\s*(?:sum|total|average|avg|mean|aggregate)\s+[\w./:-]+\s+[-+]?\d[\d.,]*(?:\s*[A-Za-z/]+)?\s*$"
+    # ... or a tool's own timing summary: Coqui TTS's "> Real-time factor: 0.236", "Processing time: 1.08"
+    r"|(?:^|[#:>\]]\s*)(?:real[- ]time factor|RTF|processing time)"
+    r"\s*[:=]\s*[\d.]+", _I)
 # ... and a report of what failed is no results block: Paddle's "Error Message Summary:", pytest's "short test
 # summary info" under FAILED lines, "Failure summary", "Warnings summary"
 NOT_COMPLETION = re.compile(r"(?<!\b0 )(?-i:\bFAIL(?:ED)?\b)"
@@ -131,6 +139,13 @@ NONZERO_EXIT = re.compile(
     r"|\bfailed with exit (?:code|status)\b|\bnon-zero exit (?:code|status)\b",
     _I,
 )
+# a script that says the non-zero status it got is no failure: "rsync exit 24 (vanished files) treated as success",
+# "exit code 1 ignored", "robocopy exit 3 (files copied) is success"
+ACCEPTED_EXIT = re.compile(r"\b(?:treated|treating|counted|counts?|taken|regarded|considered|accepted) as (?:a )?"
+                           r"(?:success|successful|ok|complete)\b"
+                           r"|\b(?:exit|return) (?:code|status) \d+ (?:ignored|accepted)\b"
+                           r"|\bignor(?:e|ed|ing) (?:the )?(?:non-zero )?(?:exit|return) (?:code|status)\b"
+                           r"|\bis (?:not an error|success)\b", _I)
 # a line that reports a failure in words or by its level, though no signature names it ("[ERROR] Download aborted",
 # "parameter fetch failed", "ERR" rows are caught by their log's own words); "0 failed", "no errors" are not
 FAILED_WORDS = re.compile(
@@ -171,7 +186,7 @@ def last_words(log: Dict[str, Any], bench_re: Optional[Pattern[str]] = None,
             continue
         if i > 0 and FRAME.match(lines[i - 1]):
             continue  # a source line a traceback quotes ("result = _VF.lstm(..."): the program's code, not its words
-        if failed(text) or NONZERO_EXIT.search(text) or FAILED_WORDS.search(text):
+        if (failed(text) or NONZERO_EXIT.search(text) or FAILED_WORDS.search(text)) and not ACCEPTED_EXIT.search(text):
             if not found:
                 return []  # the run's last words report a failure: whatever it printed before, it failed
             break  # a failure before the completion (the caller weighs the findings of the last words)

@@ -33,7 +33,8 @@ KERNEL_IGNORED = frozenset(("missing_input", "timeout", "transport_error", "comm
                             "permission_denied", "child_failed", "python_traceback", "download_failed",
                             "library_missing", "version_mismatch", "install_failed", "credentials_refused",
                             "waiting_input", "diverged", "gpu_faulty"))
-HARDWARE = frozenset(("gpu_lost", "gpu_ecc", "no_gpu_driver", "driver_mismatch", "gpu_faulty", "fabric_manager_down"))
+HARDWARE = frozenset(("gpu_lost", "gpu_ecc", "no_gpu_driver", "driver_mismatch", "gpu_faulty", "fabric_manager_down",
+                       "cuda_init_failed"))
 NEVER_RECOVER = HARDWARE | frozenset(("host_oom_kill", "missing_input"))
 # what progress elsewhere does not make history: a hardware state, and conditions only a line ends
 PERSISTENT = HARDWARE | frozenset(signatures.CLEARED) - frozenset(("storage_stall",))
@@ -51,6 +52,9 @@ PY_WARNING_RE = re.compile(r"\b\w*Warning: ")
 # "Trying to restart job", "will be retried"): a warning, the attempt's end is not the run's
 RETRIED_RE = re.compile(r"\b(?:execution|job|task|attempt|step|process) (?:is|will be|has been) (?:retried|restarted"
                         r"|resubmitted)\b|\bTrying to restart job\b|\bwill be retried\b", re.IGNORECASE)
+# a supervisor relaying a worker's stderr line by line at its own INFO level (TorchServe's "W-9000-model_1.0-stderr
+# org.pytorch.serve.wlm.WorkerLifeCycle - ...", Ray's "(raylet) [stderr]", "[worker-3 stderr]")
+STDERR_RELAY_RE = re.compile(r"\S-stderr\b|\[stderr\]|\[[\w.-]+ stderr\]")
 CAP = {"TRACE": "info", "DEBUG": "info", "INFO": "info", "NOTICE": "info", "WARN": "warning",
        "WARNING": "warning", "I": "info", "W": "warning"}
 # the operation an error interrupted went on, or was retried and succeeded
@@ -60,8 +64,15 @@ RESUMED_RE = re.compile(
     r"|Uvicorn running on|\" 200\b|\b200 OK\b|\bsaved \[\d+/\d+\]|\bsucceeded\b|retry succeeded",
     re.IGNORECASE,
 )
+# a health probe answered (TorchServe's "GET /ping HTTP/1.1" 200, "/health", "/ready", "/metrics"): the front end
+# is up, which says nothing of the work (its workers may die and be retried behind it)
+HEALTH_PROBE_RE = re.compile(r"\"(?:GET|HEAD) /(?:v\d+/)?(?:ping|health\w*|ready\w*|live\w*|status|metrics)\b"
+                             r"[^\"]*\" 200\b",
+                             re.IGNORECASE)
 # a line that says something succeeded and something failed ("Clone succeeded, but checkout failed") is no resumption
 RESUMED_BUT_FAILED_RE = re.compile(r"\b(?:failed|failure|error|errors|aborted)\b", re.IGNORECASE)
+# a text UI's frame under its prompt (the box's empty rows and bottom border): no answer to the prompt
+FRAME_RE = re.compile(r"^[\s\u2500-\u257f|+=_-]*$")
 DMESG_TS_RE = re.compile(r"^\s*\[\s*(\d+(?:\.\d+)?)\]")
 
 
@@ -69,6 +80,8 @@ def level_cap(text: str) -> Optional[str]:
     """The highest severity a line's own log level allows (None: no level, or an error level)."""
     if RETRIED_RE.search(text):
         return "warning"
+    if STDERR_RELAY_RE.search(text[:300]):  # a supervisor's INFO relaying a child's stderr: the level is the relay's
+        return "warning" if PY_WARNING_RE.search(text[:300]) else None
     m = LEVEL_RE.match(text)
     if m:
         return CAP.get(m.group(1))
@@ -153,7 +166,8 @@ def _classify(hit: Dict[str, Any], lines: List[str], index: int) -> Optional[Dic
             hit = cause  # a connection that broke: a download's, when a download meter was under way
     hit["severity"] = capped(hit["severity"], level_cap(text))
     if hit["code"] == "download_failed" and signatures.UNAUTHORIZED.search(text) and not any(
-            signatures.NOT_CREDENTIALS.search(t) for t in lines[max(0, index - 25):index + 25]):
+            signatures.NOT_CREDENTIALS.search(t) for t in lines[max(0, index - 25):index + 25]) \
+            and not anonymous_fetch(lines[max(0, index - 12):index]):
         hit["code"] = "credentials_refused"
     if hit["code"] in DOWNLOADISH:  # the line right before is an unfinished download meter
         before = next((t for t in reversed(lines[max(0, index - 3):index]) if t.strip()), "")
@@ -161,6 +175,42 @@ def _classify(hit: Dict[str, Any], lines: List[str], index: int) -> Optional[Dic
         if sample is not None and sample.kind == "download" and not sample.done:
             hit["code"] = "download_failed"
     return hit
+
+
+# a program that says it handles the failure another way and goes on: bellperson's "GPU FFT failed! Falling back to
+# CPU...", "cuFFT plan failed, falling back to the slow path", "flash attention unavailable, using eager instead"
+FALLBACK_RE = re.compile(r"\b(?:falls|falling|fell) ?back (?:to|on)\b"
+                         r"|\b(?:using|use|trying|retrying (?:on|with)) (?:the )?"
+                         r"(?:CPU|host|eager|slow path|default)\w*"
+                         r" (?:instead|path)\b", re.IGNORECASE)
+FALLBACK_CODES = frozenset(("cuda_oom", "cuda_error"))  # a GPU path's failure another path can take over
+FALLBACK_SPAN = 12  # lines an error block after the announcement may take (an OpenCL error's banner)
+
+
+def fell_back(lines: List[str], ep: Episode, last_line: int) -> bool:
+    """The episode's lines are the error block right after (or on) the program's own word that it falls back to
+    another path, and the log went on after the block: the failure was handled, no failure of the run."""
+    if ep.code not in FALLBACK_CODES:
+        return False
+    first = int(ep.hits[0]["line"]) - int(ep.log.get("first_line") or 1)
+    said = next((i for i in range(first, max(-1, first - FALLBACK_SPAN), -1)
+                 if FALLBACK_RE.search(lines[i][:400])), None)
+    return said is not None and ep.last_index - said <= FALLBACK_SPAN and last_line > ep.last_index + 2
+
+
+# a shell's trace of the fetch it runs ("+ wget -O x https://...", "$ curl -fL https://..."), and what in it would
+# carry credentials (a header, a user, a netrc, a token in the URL)
+FETCH_TRACE_RE = re.compile(r"^\s*(?:\+{1,3}|\$)\s+(?:\S+=\S+\s+)*(?:wget|curl)\s.*\bhttps?://", re.IGNORECASE)
+CREDENTIALS_ARG_RE = re.compile(r"\s(?:-H|--header|-u|--user|--password|--http-user|--http-password|-n|--netrc\S*"
+                                r"|--oauth2-bearer|-b|--cookie|--load-cookies)\b|[?&](?:token|api_?key|access_token"
+                                r"|key|sig)=|Authorization|Bearer\b|://[^/\s:@]+:[^/\s@]+@", re.IGNORECASE)
+
+
+def anonymous_fetch(before: List[str]) -> bool:
+    """The fetch a 401 answers is traced just before it and sent no credentials: nothing was refused but an
+    anonymous request for something that needs a login (a gated asset), a failed download."""
+    trace = next((t for t in reversed(before) if FETCH_TRACE_RE.search(t)), None)
+    return trace is not None and not CREDENTIALS_ARG_RE.search(trace)
 
 
 def _group(log: Dict[str, Any], hits: List[Dict[str, Any]], order: int) -> List[Episode]:
@@ -243,7 +293,8 @@ def last_resumed(lines: List[str], bench_re: Optional[Pattern[str]]) -> int:
         text = lines[i]
         if not text.strip():
             continue
-        resumed = RESUMED_RE.search(text) is not None and RESUMED_BUT_FAILED_RE.search(text) is None
+        resumed = RESUMED_RE.search(text) is not None and RESUMED_BUT_FAILED_RE.search(text) is None \
+            and not HEALTH_PROBE_RE.search(text)
         sample = progress.parse(text, bench_re)
         moving = sample is not None and not (sample.percent == 0 and sample.amount.strip("0. ") == "") \
             and not _redrawn_after_exception(lines, i)
@@ -275,7 +326,8 @@ def log_episodes(
         hits.sort(key=lambda h: int(h["line"]))
         timeline = Timeline(log, now)
         resumed = last_resumed(lines, bench_re)
-        last_line = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].strip()), -1)
+        last_line = next((i for i in range(len(lines) - 1, -1, -1)
+                          if lines[i].strip() and not FRAME_RE.match(lines[i])), -1)
         mtime = log.get("mtime")
         stale = bench_started is not None and mtime is not None and float(mtime) < bench_started - LOG_SLACK
         for ep in _group(log, hits, len(out) * 1000):
@@ -287,7 +339,8 @@ def log_episodes(
                 ep.recovered = cleared(ep, lines, ep.last_index + 1) or (
                     ep.code not in PERSISTENT and resumed > ep.last_index)
             elif ep.code not in NEVER_RECOVER:
-                ep.recovered = resumed > ep.last_index and not _failed_tally(lines, ep.last_index + 1)
+                ep.recovered = (resumed > ep.last_index and not _failed_tally(lines, ep.last_index + 1)) \
+                    or fell_back(lines, ep, last_line)
             out.append(ep)
     return out
 

@@ -85,6 +85,9 @@ BUILD_PROGRAM_RE = re.compile(
     # package managers solving or installing the run's environment (conda's "Solving environment" prints nothing
     # for minutes)
     r"|conda|mamba|micromamba|pixi|poetry|pipenv)$")
+# a build tool's helpers (a shell running the next compiler, a setup.py): they do not run what was built
+HELPER_RE = re.compile(r"^(?:build-script-[\w-]+|sh|bash|dash|zsh|env|python[\d.]*|perl|node|ccache|sccache|xargs"
+                       r"|time|timeout|nice)$")
 CHECKPOINT_RE = re.compile(r"\bsav(?:e|ing)\b.{0,40}\bcheckpoints?\b|\bcheckpoint(?:ing)?\b.{0,20}\bsav", re.IGNORECASE)
 
 
@@ -357,8 +360,15 @@ def building(facts: Dict[str, Any], bench: List[Dict[str, Any]]) -> Optional[str
     (DeepSpeed's JIT ``cpu_adam``: ninja and cc1plus under the trainer). Its program names, or None."""
     processes = facts.get("processes") or []
     tree = _tree_pids(bench, processes)
-    names = sorted({program_name(r) for r in processes if int(r["pid"]) in tree})
-    tools = [n for n in names if BUILD_PROGRAM_RE.match(n)]
+    names = {int(r["pid"]): program_name(r) for r in processes if int(r["pid"]) in tree}
+    kids: Dict[int, List[int]] = {}
+    for r in processes:
+        if int(r["pid"]) in tree:
+            kids.setdefault(int(r.get("ppid") or 0), []).append(int(r["pid"]))
+
+    def runs_its_build(pid: int) -> bool:  # a tool whose child is the program it built (cargo test, make run)
+        return any(not BUILD_PROGRAM_RE.match(names[k]) and not HELPER_RE.match(names[k]) for k in kids.get(pid, ()))
+    tools = sorted({n for pid, n in names.items() if BUILD_PROGRAM_RE.match(n) and not runs_its_build(pid)})
     return ", ".join(tools) if tools else None
 
 

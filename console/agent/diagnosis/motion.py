@@ -64,6 +64,8 @@ def stalls(facts: Dict[str, Any], progress: Dict[str, LogProgress], procs: Proce
     for path, prog in progress.items():
         if prog.sample.kind == "download" and prog.last_line and not prog.sample.done and prog.stuck_for > stall:
             items.append(_stall_item(logs[path], prog, now))
+    if barrier_wait(logs, procs, now, stall, items):
+        return
     mine = own_progress(facts, progress, procs)
     if mine is None:
         silent_spin(facts, logs, procs, live, stall, items)
@@ -129,6 +131,54 @@ def alive_count(count: int) -> str:
     return "%s %s" % (plural(count, "benchmark process"), "is" if count == 1 else "are")
 
 
+OVERDUE_RE = re.compile(r"\bhas been running for (?:over|more than) \d+ ?(?:s|sec|seconds|m|min|minutes)\b"
+                        r"|\bis taking (?:much |far )?longer than (?:expected|usual)\b", re.IGNORECASE)
+# ranks waiting at a start-up barrier for the others to join, with the count of those that did: torch's "Waiting in
+# store based barrier to initialize process group for rank: 3, key: ... (world_size=16, worker_count=7, ...)",
+# "waiting for 3/4 workers to join the rendezvous", "Waiting for 7 of 16 ranks"
+BARRIER_RE = re.compile(
+    r"\bwait\w*\b.{0,80}\b(?:barrier|rendezvous|peers?|workers?|ranks?|nodes?|processes)\b.{0,160}?"
+    r"(?:\b(?:worker_count|arrived|joined|ready)\s*[=:]\s*(\d+)|\b(\d+)\s*(?:/|of|out of)\s*\d+\b)"
+    r"|\bwait\w*\b.{0,40}?\b(\d+)\s*(?:/|of|out of)\s*\d+\s+(?:workers?|ranks?|nodes?|peers?|processes)\b",
+    re.IGNORECASE)
+
+
+def barrier_wait(logs: Dict[str, Dict[str, Any]], procs: Processes, now: float, stall: float,
+                 items: List[Item]) -> bool:
+    """``hung``: a log whose last lines only repeat a barrier's wait with the same count of ranks arrived, for
+    longer than stall_seconds (its file stays fresh; the count says nothing moves: blind round 13, the other
+    node's ranks never joined). True when found."""
+    if not procs.bench:
+        return False
+    for path, log in logs.items():
+        lines = log.get("lines") or []
+        last = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].strip()), -1)
+        m = BARRIER_RE.search(lines[last][:600]) if last >= 0 else None
+        if m is None:
+            continue
+        count = next(g for g in m.groups() if g is not None)
+        first = last
+        for i in range(last - 1, -1, -1):
+            if not lines[i].strip():
+                continue
+            n = BARRIER_RE.search(lines[i][:600])
+            if n is None or next(g for g in n.groups() if g is not None) != count:
+                break
+            first = i
+        timeline = Timeline(log, now)
+        span = timeline.at(last) - timeline.at(first)
+        if span <= stall:
+            continue
+        line = lines[last]
+        at = int(log.get("first_line") or 1) + last
+        items.append(Item("hung", "error", "hung: the ranks have waited at a barrier for %s with the same count (%s)"
+                          " while %s alive (last: %s)" % (fmt_age(span), count, alive_count(len(procs.bench)),
+                                                          short(clean_message(line), 80)),
+                          [ev(path, at, line)], time=now - span, order=at))
+        return True
+    return False
+
+
 def silent_spin(facts: Dict[str, Any], logs: Dict[str, Dict[str, Any]], procs: Processes, live: Liveness,
                 stall: float, items: List[Item]) -> None:
     """``hung`` without a progress pattern to read: the benchmark's processes are alive, its GPUs spin (pinned
@@ -139,18 +189,24 @@ def silent_spin(facts: Dict[str, Any], logs: Dict[str, Dict[str, Any]], procs: P
     silent as long is hung too (blind round 5: ranks stuck in NCCL's init after the socket setup)."""
     spinning = live.gpus.state == "spin"
     still = live.kind == "batch" and live.measured and live.gpus.state in ("idle", "spin")
-    if not procs.bench or not (spinning or still) or live.moving() or not logs:
+    if not procs.bench or not logs:
         return
     now = float(facts.get("now") or time.time())
     newest = max(logs.values(), key=lambda lg: float(lg.get("mtime") or 0.0))
     quiet = now - float(newest.get("mtime") or now)
     lines = newest.get("lines") or []
     last = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].strip()), None)
+    # the harness's own word that one test or step runs far longer than it should (libtest's "test X has been
+    # running for over 60 seconds"), its last word: a busy CPU is no progress then (a spin-wait)
+    overdue = last is not None and live.gpus.state == "idle" and bool(OVERDUE_RE.search(lines[last][:400]))
+    if not (spinning or still or overdue) or (live.moving() and not overdue):
+        return
     if quiet <= stall or last is None:
         return
     first = int(newest.get("first_line") or 1)
     how = ("GPUs spinning, not computing: %s (a stuck collective or kernel" % live.gpus.line if spinning else
-           "nothing moves: no CPU, no I/O, GPUs idle (waiting on a peer, a lock or a collective")
+           "nothing moves but a busy CPU, GPUs idle (a spin-wait; the harness says it runs overdue" if overdue and
+           live.moving() else "nothing moves: no CPU, no I/O, GPUs idle (waiting on a peer, a lock or a collective")
     summary = "hung: no log written for %s while %s alive; %s; last: %s)" % (
         fmt_age(quiet), alive_count(len(procs.bench)), how, short(clean_message(lines[last]), 80))
     items.append(Item("hung", "error", summary, [ev(newest["path"], first + last, lines[last])],

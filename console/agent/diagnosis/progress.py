@@ -33,6 +33,11 @@ TQDM_RE = re.compile(
 WGET_RE = re.compile(r"(\d{1,3})%\[[=> ]*\]\s+([\d.,]+[KMGT]?)\s+(\S+)")
 # rclone's stats block: "Transferred:   	   38.207 GiB / 61.540 GiB, 62%, 0 B/s, ETA -" (the files line has no unit)
 RCLONE_RE = re.compile(r"Transferred:\s+([\d.]+\s?[KMGTPE]?i?B)\s*/\s*([\d.]+\s?[KMGTPE]?i?B),\s*(\d{1,3})%")
+# a meter of bytes with its percent and rate: rsync's --progress / --info=progress2 ("  3,406,823,424  37%
+# 38.10MB/s    0:01:24", the byte count bare), pv's ("3.17GiB 0:01:24 [38.1MiB/s] [=====>     ] 37%")
+RSYNC_RE = re.compile(r"(?:^|\s)(\d{1,3}(?:,\d{3})+|\d+)\s+(\d{1,3})%\s+[\d.]+\s?[kKMGTP]?i?B/s\s+\d+:\d\d:\d\d\b")
+PV_RE = re.compile(r"([\d.]+\s?[KMGTPE]i?B)\s+\d+:\d\d:\d\d"
+                   r"\s+\[\s*[\d.]+\s?[KMGTPE]?i?B/s\]\s*\[[=>\s]*\]\s*(\d{1,3})%")
 # a pb-style bar (lotus paramfetch): "6.71 GiB / 47.90 GiB [=====>------]  14.01% 41.20 MiB/s 17m03s"
 PB_RE = re.compile(r"([\d.]+ [KMGT]?i?B) / ([\d.]+ [KMGT]?i?B) \[[=>\-]*\]\s+([\d.]+)%")
 # any other meter of bytes: "2.0 GiB/4.8 GiB (41.67%)" (LocalAI), "[#2089b1 1.2GiB/4.8GiB(25%) CN:16 ...]"
@@ -148,6 +153,10 @@ def parse(text: str, bench_re: Optional[Pattern[str]] = None) -> Optional[Sample
     last = _last(RCLONE_RE, text) if "Transferred:" in text else None
     if last is not None:
         pct = float(last.group(3))
+        return Sample("download", last.group(1), pct, None, pct >= 100.0)
+    last = _last(RSYNC_RE, text) or _last(PV_RE, text)
+    if last is not None and float(last.group(2)) <= 100.0:
+        pct = float(last.group(2))
         return Sample("download", last.group(1), pct, None, pct >= 100.0)
     last = _last(TQDM_RE, text)
     if last is not None:

@@ -31,13 +31,19 @@ from .prefilter import Plan, Signature, match_line_fast, plan, triggers
 from .sigrows import (
     CLOCK_SKEW,
     COMPILER,
+    CUDA_INIT,
+    DAG_OOM,
     DRIVER_HUNG,
     FABRIC_MANAGER,
+    GPU_BUSY,
+    HOST_ALLOC,
     LAUNCH,
     NETWORK,
     NVLINK,
     ORDINAL,
+    PROMPT,
     UNSCHEDULABLE,
+    WGET_STATUS,
 )
 from .sigtables import (
     CLEARED,
@@ -66,7 +72,7 @@ def _sig(code: str, severity: str, pattern: str, explanation: str, flags: int = 
 
 # fmt: off
 SIGNATURES: List[Signature] = [
-    NVLINK, FABRIC_MANAGER, DRIVER_HUNG,
+    NVLINK, FABRIC_MANAGER, DRIVER_HUNG, CUDA_INIT,
     _sig("gpu_lost", "critical",
          r"fallen off the bus|GPU is lost|NVRM: Xid \([^)]*\):\s*(?:79|119|120)\b"
          r"|Unable to determine the device handle for GPU|GPU requires reset",
@@ -115,7 +121,7 @@ SIGNATURES: List[Signature] = [
          r"|\|\|Ax-b\|\|.{0,160}\bFAILED\b",  # HPL's residual check
          "the GPU fails its tests or computes wrong results (a burn-in, diagnostic, memory test or a proof's "
          "verification failed on it): take it out of service; reset it and test again, replace it if it repeats"),
-    LAUNCH, ORDINAL, COMPILER, CLOCK_SKEW, NETWORK,
+    LAUNCH, ORDINAL, COMPILER, CLOCK_SKEW, NETWORK, GPU_BUSY, DAG_OOM, HOST_ALLOC, WGET_STATUS, PROMPT,
     _sig("host_oom_kill", "critical",
          r"Out of memory: Kill(?:ed)? process|invoked oom-killer|\boom-kill\b|oom_reaper: reaped"
          r"|Memory cgroup out of memory"

@@ -108,3 +108,67 @@ DRIVER_HUNG = _sig(
     "the NVIDIA driver is hung (GPU management calls time out, processes stuck in the driver in D state): the "
     "host needs a reboot (a GPU reset is rarely possible while processes are stuck); drain it first")
 # fmt: on
+
+# fmt: off
+# CUDA cannot initialize although the driver answers NVML: cuInit's 999 (CUDA_ERROR_UNKNOWN), torch's "CUDA unknown
+# error - this may be due to an incorrectly set up environment", old torch's "cuda runtime error (30) : unknown
+# error", TensorFlow's "failed call to cuInit: CUDA_ERROR_UNKNOWN": after a suspend/resume or with a stale
+# nvidia_uvm module. Reloading nvidia_uvm (or a reboot) brings CUDA back. Tried before driver_mismatch, cuda_error.
+CUDA_INIT = _sig(
+    "cuda_init_failed", "critical",
+    r"\bCUDA unknown error - this may be due to an incorrectly set up environment"
+    r"|\bCUDA initialization: (?:CUDA )?unknown error\b"
+    r"|\bcuInit\b.{0,60}\b(?:999|CUDA_ERROR_UNKNOWN|unknown error)\b"
+    r"|\bcudaGetDeviceCount\b.{0,80}\b(?:999|cudaErrorUnknown|unknown error)\b|\bError 999: unknown error\b"
+    r"|\bcuda runtime error \(30\) : unknown error\b|\bCUDA driver initialization failed\b",
+    "CUDA cannot initialize while the driver still answers (cuInit returns 999, unknown error), typically after a "
+    "suspend/resume or with a stale nvidia_uvm module: reload it (rmmod nvidia_uvm && modprobe nvidia_uvm, with "
+    "no GPU process running) or reboot")
+
+# The GPU refuses one more user of a capped resource: a consumer card's NVENC session cap (ffmpeg's
+# "OpenEncodeSessionEx failed: out of memory (10)" or "incompatible client key (21)", NV_ENC_ERR_OUT_OF_MEMORY,
+# OBS's "Too many concurrent sessions"), a GPU in exclusive-process mode held by another process (CUDA error 46
+# "all CUDA-capable devices are busy or unavailable"). Tried before cuda_oom ("out of memory") and cuda_error.
+GPU_BUSY = _sig(
+    "resource_limit", "error",
+    r"\bOpenEncodeSessionEx failed: (?:out of memory|incompatible client key)|\bNV_ENC_ERR_OUT_OF_MEMORY\b"
+    r"|\bToo many concurrent (?:NVENC )?sessions\b|\bexceeded (?:the )?(?:maximum )?(?:number of )?(?:NVENC|encod\w+)"
+    r" sessions\b"
+    r"|\ball CUDA-capable devices are busy or unavailable\b|\bcudaErrorDevicesUnavailable\b"
+    r"|\bCUDA_ERROR_(?:DEVICES_UNAVAILABLE|EXCLUSIVE_PROCESS_MODE\w*)\b",
+    "the GPU refused one more user of a capped resource: a consumer card's NVENC session cap (3-8 concurrent "
+    "encodes), or a GPU in Exclusive_Process compute mode held by another process: stop the other user, run fewer "
+    "encodes at once, or set the compute mode to Default (nvidia-smi -c 0)")
+
+# Not enough GPU memory for a miner's DAG / dataset (T-Rex, lolMiner, gminer, TeamRedMiner wordings)
+DAG_OOM = _sig(
+    "cuda_oom", "error",
+    r"\b(?:device|GPU|card)\b[^.]{0,40}\b(?:does not|doesn't) have enough (?:free )?(?:GPU |device )?memory\b"
+    r"|\bnot enough (?:free )?(?:GPU |device |video )?(?:memory|VRAM)\b.{0,40}\b(?:DAG|dataset)\b"
+    r"|\b(?:DAG|dataset)\b.{0,40}\b(?:does not|doesn't|won't|will not|cannot|can't) fit\b",
+    "GPU memory ran out: the DAG (or dataset) does not fit in this GPU's free memory")
+
+# A host allocation refused in a C/C++ program's words (zkProver's "failed calling malloc() of size N", "malloc of N
+# bytes failed", "calloc() returned NULL")
+HOST_ALLOC = _sig(
+    "host_memory_exhausted", "error",
+    r"\bfailed (?:calling|to call) (?:malloc|calloc|realloc|posix_memalign|mmap)\(\)"
+    r"|\b(?:malloc|calloc|realloc|posix_memalign)(?:\(\))? (?:of (?:size )?\d+(?: bytes)? )?(?:failed|returned NULL)\b",
+    "the host's memory ran out: an allocation was refused (no OOM killer involved): use a bigger host, fewer "
+    "workers or a smaller job, or raise the container's memory limit")
+
+# wget's status line ("HTTP request sent, awaiting response... 401 Unauthorized"), a download's refusal
+WGET_STATUS = _sig(
+    "download_failed", "error",
+    r"\bawaiting response\.\.\. (?:4\d\d|5\d\d)\b|\bUsername/Password Authentication Failed\b",
+    "a download failed (the server refused it: a 4xx/5xx answer)")
+
+# An installer's prompt (an interactive licence or yes/no question), also inside a text UI's box (the CUDA runfile's
+# "Do you accept the above EULA? (accept/decline/quit):", Anaconda's "[no] >>>"); the box's frame is no answer
+PROMPT = _sig(
+    "waiting_input", "error",
+    r"\((?:accept/decline(?:/quit)?|yes/no/quit|y/n/q)\)\s*:?[\s\u2502\u2503\u2551|]*$|^\s*accept/decline/quit:\s*$"
+    r"|\[yes\|no\]\s*$|^\s*\[(?:no|yes)\] >>>\s*$",
+    "the job waits at an interactive prompt (an installer's licence or yes/no question) and will wait for ever: "
+    "run the installer non-interactively (--silent, -b, --accept-license)")
+# fmt: on
