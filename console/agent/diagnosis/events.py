@@ -351,17 +351,22 @@ SWAP_FRAME_RE = re.compile(r"\b(?:swap_readpage|swap_read_folio|do_swap_page|swa
                            r")\+0x")
 
 
-def _waits_on_swap(lines: List[str], i: int) -> bool:
-    """Is the "blocked for more than" report at ``i`` one of a task waiting on swap (its call trace, up to the next
-    report)?"""
-    if SWAP_TASK_RE.search(lines[i]):
+def _hung_task_names(lines: List[str], i: int, task_re: re.Pattern[str], frame_re: re.Pattern[str]) -> bool:
+    """Does the "blocked for more than" report at ``i`` name its task by ``task_re``, or a frame of its call trace (up
+    to the next report) by ``frame_re``?"""
+    if task_re.search(lines[i]):
         return True
     for text in lines[i + 1:i + 40]:
         if "blocked for more than" in text:
             break
-        if SWAP_FRAME_RE.search(text):
+        if frame_re.search(text):
             return True
     return False
+
+
+def _waits_on_swap(lines: List[str], i: int) -> bool:
+    """Is the hung-task report at ``i`` one of a task waiting on swap?"""
+    return _hung_task_names(lines, i, SWAP_TASK_RE, SWAP_FRAME_RE)
 
 
 # a hung task's report that names the NVIDIA driver: the task is one of its tools, or its call trace waits inside the
@@ -371,16 +376,8 @@ DRIVER_FRAME_RE = re.compile(r"\+0x[0-9a-f]+/0x[0-9a-f]+ \[nvidia(?:_uvm|_modese
 
 
 def _waits_in_driver(lines: List[str], i: int) -> bool:
-    """Is the "blocked for more than" report at ``i`` one of a task stuck in the NVIDIA driver (its task's name or
-    its call trace, up to the next report)?"""
-    if DRIVER_TASK_RE.search(lines[i]):
-        return True
-    for text in lines[i + 1:i + 40]:
-        if "blocked for more than" in text:
-            break
-        if DRIVER_FRAME_RE.search(text):
-            return True
-    return False
+    """Is the hung-task report at ``i`` one of a task stuck in the NVIDIA driver?"""
+    return _hung_task_names(lines, i, DRIVER_TASK_RE, DRIVER_FRAME_RE)
 
 
 def kernel_episodes(facts: Dict[str, Any], now: float, run_started: Optional[float]) -> List[Episode]:
