@@ -108,7 +108,11 @@ def test_a_dead_benchmarks_restart_leaves_what_only_a_generic_entrypoint_pattern
     config = box.config()
     entry = box.run("entry", WAIT)  # the last start's entrypoint, waiting after its benchmark died
     others = [box.run("notebook"), box.run("monitor")]  # other programs the generic pattern matches
-    until_sync(lambda: all(alive(p) for p in [entry, *others]), 10, "the processes to run")
+    # each script's `sleep &` child carries the script's command line between its fork and its exec: wait until only
+    # the scripts themselves match, or the plan would rightly spare a fork caught in between
+    started = {"entry": entry, "notebook": others[0], "monitor": others[1]}
+    until_sync(lambda: all(box.pids(n) == [p] for n, p in started.items()), 10,
+               "the processes to run, their children exec'd")
 
     plan = rs.plan(config)
     assert [g["targets"][0]["pid"] for g in plan["groups"]] == [entry]
