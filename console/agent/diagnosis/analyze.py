@@ -343,10 +343,10 @@ def cpu_fallback(facts: Dict[str, Any], procs: Processes, items: List[Item]) -> 
         at = next((i for i in range(len(lines) - 1, -1, -1) if FALLBACK_RE.search(lines[i][:400])), None)
         if log.get("error") or at is None:
             continue
-        if not any(i.role == "current" and i.severity == "info" and codes.tier(i.code) == "cause" for i in items):
+        if not any(_info_cause(item) for item in items):
             _fallback_reason(log, at, items)  # the reason was a line the table calls harmless (TF's dlopen probes)
         for item in items:
-            if item.role != "current" or item.severity != "info" or codes.tier(item.code) != "cause":
+            if not _info_cause(item):
                 continue
             said = next((e for e in item.evidence if e.get("path") == log["path"]
                          and GPU_BACKEND_RE.search(str(e.get("text") or ""))), None)
@@ -356,6 +356,11 @@ def cpu_fallback(facts: Dict[str, Any], procs: Processes, items: List[Item]) -> 
             item.severity = sig.severity if sig is not None and sig.code == item.code else "error"
             item.summary += "; the run fell back to the CPU"
             item.evidence.append(ev(log["path"], int(log.get("first_line") or 1) + at, lines[at]))
+
+
+def _info_cause(item: Item) -> bool:
+    """A current cause the log gave at INFO level (what ``cpu_fallback`` raises when the run went on on the CPU)."""
+    return item.role == "current" and item.severity == "info" and codes.tier(item.code) == "cause"
 
 
 def _fallback_reason(log: Dict[str, Any], at: int, items: List[Item]) -> None:

@@ -208,7 +208,7 @@ def last_words(log: Dict[str, Any], bench_re: Optional[Pattern[str]] = None,
 # a traceback's frame line: the next line quotes the program's source
 FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
 BORDER_ROW = re.compile(r"^\s*\+[-=+ \w]*\+\s*$")  # "+-----  Stress  ----+----+": a box table's border
-TABLE_ROW = re.compile(r"^\s*[|\u2502\u2503].*[|\u2502\u2503]\s*$|^\s*\+[-=+ \w]*\+\s*$")
+TABLE_ROW = re.compile(r"^\s*[|\u2502\u2503].*[|\u2502\u2503]\s*$|" + BORDER_ROW.pattern)
 # a verdict table's cells: every test passed ("| PCIe | Pass - All |", dcgmi diag), or one did not
 PASS_CELL = re.compile(r"[|\u2502]\s*(?:Pass(?:ed)?|PASS(?:ED)?|OK|Success)\b")
 FAIL_CELL = re.compile(r"[|\u2502]\s*(?:Fail(?:ed|ure)?|FAIL(?:ED)?|Warn(?:ing)?|WARN|Error|ERROR)\b")

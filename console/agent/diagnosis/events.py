@@ -177,12 +177,13 @@ def _classify(hit: Dict[str, Any], lines: List[str], index: int) -> Optional[Dic
     return hit
 
 
-# a program that says it handles the failure another way and goes on: bellperson's "GPU FFT failed! Falling back to
-# CPU...", "cuFFT plan failed, falling back to the slow path", "flash attention unavailable, using eager instead"
-FALLBACK_RE = re.compile(r"\b(?:falls|falling|fell) ?back (?:to|on)\b"
-                         r"|\b(?:using|use|trying|retrying (?:on|with)) (?:the )?"
-                         r"(?:CPU|host|eager|slow path|default)\w*"
-                         r" (?:instead|path)\b", re.IGNORECASE)
+# a program that says it handles one operation's failure another way and goes on: bellperson's "GPU FFT failed!
+# Falling back to CPU...", "cuFFT plan failed, falling back to the slow path", "flash attention unavailable, using
+# eager instead" (analyze.FALLBACK_RE is the whole run going on on the CPU, a failure of its own)
+HANDLED_FALLBACK_RE = re.compile(r"\b(?:falls|falling|fell) ?back (?:to|on)\b"
+                                 r"|\b(?:using|use|trying|retrying (?:on|with)) (?:the )?"
+                                 r"(?:CPU|host|eager|slow path|default)\w*"
+                                 r" (?:instead|path)\b", re.IGNORECASE)
 FALLBACK_CODES = frozenset(("cuda_oom", "cuda_error"))  # a GPU path's failure another path can take over
 FALLBACK_SPAN = 12  # lines an error block after the announcement may take (an OpenCL error's banner)
 
@@ -194,7 +195,7 @@ def fell_back(lines: List[str], ep: Episode, last_line: int) -> bool:
         return False
     first = int(ep.hits[0]["line"]) - int(ep.log.get("first_line") or 1)
     said = next((i for i in range(first, max(-1, first - FALLBACK_SPAN), -1)
-                 if FALLBACK_RE.search(lines[i][:400])), None)
+                 if HANDLED_FALLBACK_RE.search(lines[i][:400])), None)
     return said is not None and ep.last_index - said <= FALLBACK_SPAN and last_line > ep.last_index + 2
 
 

@@ -331,14 +331,16 @@ def long_step_words(logs: Dict[str, Dict[str, Any]], now: float) -> Optional[Tup
     """The freshest log's last words (3 lines) announce a step that takes minutes, written within
     ``LONG_STEP_WAIT``: ``(line, path, index)``, or None. The caller asks for something to move (CPU, GPU, I/O)."""
     dated = [lg for lg in logs.values() if lg.get("mtime") is not None]
-    for log in sorted(dated, key=lambda lg: -float(lg["mtime"]))[:1]:
-        if now - float(log["mtime"]) > LONG_STEP_WAIT:
-            return None
-        lines = log.get("lines") or []
-        last = [i for i in range(len(lines) - 1, -1, -1) if lines[i].strip()][:3]
-        for at in last:
-            if LONG_STEP_RE.search(lines[at][:600]):
-                return short(lines[at].strip(), 100), log["path"], at
+    if not dated:
+        return None
+    log = max(dated, key=lambda lg: float(lg["mtime"]))
+    if now - float(log["mtime"]) > LONG_STEP_WAIT:
+        return None
+    lines = log.get("lines") or []
+    last = [i for i in range(len(lines) - 1, -1, -1) if lines[i].strip()][:3]
+    for at in last:
+        if LONG_STEP_RE.search(lines[at][:600]):
+            return short(lines[at].strip(), 100), log["path"], at
     return None
 
 

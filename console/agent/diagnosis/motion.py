@@ -143,6 +143,12 @@ BARRIER_RE = re.compile(
     re.IGNORECASE)
 
 
+def _barrier_count(text: str) -> Optional[str]:
+    """The count of ranks arrived in a barrier's wait line, or None when the line is no such wait."""
+    m = BARRIER_RE.search(text[:600])
+    return None if m is None else next(g for g in m.groups() if g is not None)
+
+
 def barrier_wait(logs: Dict[str, Dict[str, Any]], procs: Processes, now: float, stall: float,
                  items: List[Item]) -> bool:
     """``hung``: a log whose last lines only repeat a barrier's wait with the same count of ranks arrived, for
@@ -153,16 +159,14 @@ def barrier_wait(logs: Dict[str, Dict[str, Any]], procs: Processes, now: float, 
     for path, log in logs.items():
         lines = log.get("lines") or []
         last = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].strip()), -1)
-        m = BARRIER_RE.search(lines[last][:600]) if last >= 0 else None
-        if m is None:
+        count = _barrier_count(lines[last]) if last >= 0 else None
+        if count is None:
             continue
-        count = next(g for g in m.groups() if g is not None)
         first = last
         for i in range(last - 1, -1, -1):
             if not lines[i].strip():
                 continue
-            n = BARRIER_RE.search(lines[i][:600])
-            if n is None or next(g for g in n.groups() if g is not None) != count:
+            if _barrier_count(lines[i]) != count:
                 break
             first = i
         timeline = Timeline(log, now)
