@@ -25,6 +25,7 @@ from .named_cause import causes_named_by_the_failure
 from .nvmlhealth import health_step
 from .processes import Processes, benchmark_processes, entrypoint_tree, wrappers_left_waiting
 from .progress import LogProgress, compile_progress, log_progress
+from .quiet_ending import keep_the_doubt, quiet_ending
 from .records import Item, Step, step
 from .text import CONTEXT_RE, FAILED_RE, clean_message, context, ev, fmt_size, hit_ev, short
 from .timeline import Timeline
@@ -549,8 +550,12 @@ def analyze(facts: Dict[str, Any]) -> DiagnosisResult:
     health_step(facts, items, steps)  # NVML's ECC counters and Xid events: hardware evidence (nvmlhealth.py)
     procs = still_loading(facts, progress, procs, live, steps)
     finished = completion(facts, procs, items, now)
+    quiet = quiet_ending(facts, procs, items) if finished is None else None  # no closing word known: gone quiet?
+    finished = finished or quiet
     named = {str(log["path"]) for log in facts.get("logs") or [] if log.get("configured")}
     result_verdict = verdict(items, procs, finished, now, steps, notes, named)
+    if quiet is not None and result_verdict["code"] == "finished":
+        keep_the_doubt(items)
     findings = [i for i in items]
     findings.sort(key=lambda i: (-SEVERITY_LEVEL.get(i.severity, 0), -codes.rank(i.code)))
     if finished is not None and result_verdict["code"] == "finished":
