@@ -27,6 +27,7 @@ from .processes import Processes, benchmark_processes, entrypoint_tree, wrappers
 from .progress import LogProgress, compile_progress, log_progress
 from .quiet_ending import keep_the_doubt, quiet_ending
 from .records import Item, Step, step
+from .refine import refine
 from .text import CONTEXT_RE, FAILED_RE, clean_message, context, ev, fmt_size, hit_ev, short
 from .timeline import Timeline
 
@@ -556,6 +557,11 @@ def analyze(facts: Dict[str, Any]) -> DiagnosisResult:
     result_verdict = verdict(items, procs, finished, now, steps, notes, named)
     if quiet is not None and result_verdict["code"] == "finished":
         keep_the_doubt(items)
+    cause = refine(facts, result_verdict["code"], now)  # a wrapper's verdict: the class its failure lines name
+    if cause is not None:
+        items.append(cause)
+        steps.pop()  # the verdict's step, said again
+        result_verdict = verdict(items, procs, finished, now, steps, notes, named)
     findings = [i for i in items]
     findings.sort(key=lambda i: (-SEVERITY_LEVEL.get(i.severity, 0), -codes.rank(i.code)))
     if finished is not None and result_verdict["code"] == "finished":
