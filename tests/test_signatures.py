@@ -124,6 +124,8 @@ CASES = [
     ("RuntimeError: Unexpected error from cudaGetDeviceCount(). Error 802: system not yet initialized",
      "fabric_manager_down"),
     ("nvidia-smi query timed out after 30 s", "driver_hung"),
+    # blind round 14's code: a result its tool declares invalid
+    ("Result is : INVALID", "result_invalid"),
     ("RuntimeError: CUDA unknown error - this may be due to an incorrectly set up environment, e.g. changing env "
      "variable CUDA_VISIBLE_DEVICES after program start. Setting the available devices to be zero.",
      "cuda_init_failed"),

@@ -106,6 +106,10 @@ CODES: Dict[str, tuple] = {
     "diverged": ("cause", 52, "training diverged",
                  "the loss is NaN/inf (or the fp16 loss scale hit its minimum) while the steps go on: lower the "
                  "learning rate, clip gradients, use bf16, check the data"),
+    "result_invalid": ("cause", 51, "result invalid",
+                       "the run completed but its result does not count by the tool's own rules (MLPerf loadgen's "
+                       "\"Result is : INVALID\", HPCG's \"result is INVALID\", IO-500's invalid score): fix what the "
+                       "tool says was not satisfied (min duration, query count, run time) and run again"),
     "missing_input": ("cause", 50, "missing input", "an input file or path was missing"),
     "hung": ("symptom", 58, "hung", "the benchmark is alive but has made no progress for stall_seconds"),
     "transport_error": ("symptom", 55, "transport error",

@@ -75,7 +75,12 @@ def benchmark_processes(facts: Dict[str, Any], items: List[Item], steps: List[St
     processes = observed(facts)
     entry = [r for r in processes if entry_pats and matches_program(r, entry_pats) and alive(r)]
     entry_pids = {r["pid"] for r in entry}
-    bench_all = [r for r in processes if match_pats and matches_program(r, match_pats) and r["pid"] not in entry_pids]
+    named = [r for r in processes if match_pats and matches_program(r, match_pats)]
+    kids = children_map(processes) if any(r["pid"] in entry_pids for r in named) else {}
+    # a process both patterns name is the benchmark itself when none of its descendants is (a server started as its
+    # own entrypoint: "milvus run standalone", "ollama serve")
+    bench_all = [r for r in named if r["pid"] not in entry_pids or not any(
+        matches_program(d, match_pats) for _, d in descendants(r["pid"], kids))]
     bench = [r for r in bench_all if alive(r)]
     bench_started = min((float(r.get("start") or 0.0) for r in bench), default=None) if bench else None
     entry_started = max((float(r.get("start") or 0.0) for r in entry), default=0.0) or None  # the youngest

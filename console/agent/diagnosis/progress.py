@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, NamedTuple, Optional, Pattern, Tuple
 
+MIN_REPRINTS = 10  # an unchanged meter reprinted this often, with no stamps, counts a second a reprint
 REPAINT_SECONDS = 1.0  # a meter without an elapsed column (wget) repaints about once a second while stalled
 
 # curl's meter: % Total % Received % Xferd Dload Upload Total Spent Left Speed
@@ -56,6 +57,18 @@ WGET_DOTS_RE = re.compile(r"^\s*(\d+)K(?:\s+[.,]{1,16}){1,12}\s+(\d{1,3})%\s+[\d
 # an amount over a total and a rate, no percent: tabby's "00:02:25 ▕█████▏ 0.98 GiB/1.53 GiB  7.18 MiB/s  ETA 79s."
 SIZED_RATE_RE = re.compile(
     r"([\d.]+)\s?([KMGTPE]?)i?B\s*/\s*([\d.]+)\s?([KMGTPE]?)i?B\s+[\d.]+\s?[KMGTPE]?i?B/s")
+# rich's download column (pip >= 23, pdm, pipx): one unit after the total, "57.6/90.6 MB 2.4 MB/s eta 0:00:13"
+SHARED_UNIT_RATE_RE = re.compile(
+    r"(?<![\w./])(\d+(?:\.\d+)?)/(\d+(?:\.\d+)?)\s?([kKMGTPE]?)i?B\s+[\d.]+\s?[kKMGTPE]?i?B/s")
+# docker's (and podman's) layer meter: "d8f1569ddae6: Downloading [=====>     ]  314.0MB/3.14GB" (no percent, no rate)
+LAYER_RE = re.compile(r"\b(?:Downloading|Extracting|Pushing|Copying blob \w+)\s*\[[=>\s-]*\]\s+"
+                      r"([\d.]+)\s?([kKMGTPE]?)i?B\s*/\s*([\d.]+)\s?([kKMGTPE]?)i?B")
+# a structured (JSON) progress event of a transfer: {"percent":0,"transferred":23068672} (a node ipfs/got client),
+# {"loaded":1048576,"total":4194304}, {"bytesDownloaded":..}: the bytes moved, the percent or the total if given
+JSON_METER_RE = re.compile(r'"(?:transferred|loaded|downloaded|received'
+                           r'|bytes_?(?:transferred|downloaded|received|loaded))"\s*:\s*(\d+)', re.IGNORECASE)
+JSON_PCT_RE = re.compile(r'"percent(?:age)?"\s*:\s*(\d+(?:\.\d+)?)')
+JSON_TOTAL_RE = re.compile(r'"(?:total|totalBytes|total_bytes|size)"\s*:\s*(\d+)')
 # a download's percent in words: "Download progress: 17%, ETA 46:02", "Downloading model... 42%", "fetch: 8.5%"
 WORDED_RE = re.compile(r"\b(?:download|fetch|pull)\w*(?: progress)?\s*[:=-]?\s*(?:[^\s%]+\s+){0,3}?"
                        r"(\d{1,3}(?:\.\d+)?)\s?%(?![|\[])", re.IGNORECASE)
@@ -121,6 +134,19 @@ def compile_progress(pattern: Optional[str]) -> Pattern[str]:
 _DEFAULT_HINTS = ("proof", "step", "iter", "epoch", "it/s", "s/it", "{'loss'")
 
 
+def _json_meter(text: str) -> Optional[Sample]:
+    """A structured (JSON) transfer event's progress, or None."""
+    jm = JSON_METER_RE.search(text)
+    if jm is None:
+        return None
+    pm, tm = JSON_PCT_RE.search(text), JSON_TOTAL_RE.search(text)
+    moved, total = int(jm.group(1)), int(tm.group(1)) if tm else 0
+    pct: Optional[float] = float(pm.group(1)) if pm else (100.0 * moved / total if total >= moved else None)
+    if pct is not None and pct > 100.0:
+        return None
+    return Sample("download", jm.group(1), pct, None, (pct or 0.0) >= 100.0 or 0 < total <= moved)
+
+
 def parse(text: str, bench_re: Optional[Pattern[str]] = None) -> Optional[Sample]:
     """The progress a line shows, or None."""
     if len(text) > 2000:
@@ -134,6 +160,22 @@ def parse(text: str, bench_re: Optional[Pattern[str]] = None) -> Optional[Sample
         files, of = int(m.group(1)), int(m.group(2))
         return Sample("download", m.group(1), 100.0 * files / of, None, files == of)
     m = SIZED_RATE_RE.search(text) if "/s" in text and "%" not in text else None
+    shared = SHARED_UNIT_RATE_RE.search(text) if m is None and "/s" in text and "%" not in text else None
+    jm = _json_meter(text) if '"' in text else None
+    if jm is not None:
+        return jm
+    layer = _last(LAYER_RE, text) if "%" not in text and "[" in text else None
+    if layer is not None:
+        got = float(layer.group(1)) * _SCALE[layer.group(2).upper()]
+        whole = float(layer.group(3)) * _SCALE[layer.group(4).upper()]
+        if whole > 0 and got <= whole:
+            amount = "%s %sB" % (layer.group(1), layer.group(2).upper())
+            return Sample("download", amount, 100.0 * got / whole, None, got >= whole)
+    if shared:
+        got, whole = float(shared.group(1)), float(shared.group(2))
+        if whole > 0 and got <= whole:
+            amount = "%s %sB" % (shared.group(1), shared.group(3).upper())
+            return Sample("download", amount, 100.0 * got / whole, None, got >= whole)
     if m:
         try:
             have = float(m.group(1)) * _SCALE[m.group(2)]
@@ -243,6 +285,8 @@ def _reprinted(lines: List[str], events: List[int], samples: List[Sample], stamp
     if j == len(samples) - 1 or stamp_at is None:
         return None
     span = max(0.0, stamp_at(events[-1]) - stamp_at(events[j]))
+    if span == 0.0 and len(samples) - 1 - j >= MIN_REPRINTS:  # no stamps to date them: a reprint a second at least
+        span = (len(samples) - 1 - j) * REPAINT_SECONDS
     after = [_skeleton(t) for t in lines[events[-1] + 1:] if t.strip()]
     block = {_skeleton(t) for t in lines[events[-2] + 1:events[-1]] if t.strip()}
     return span, all(t in block for t in after)

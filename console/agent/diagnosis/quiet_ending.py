@@ -41,12 +41,18 @@ UNDERWAY = re.compile(
     r"(?:\.{3}|\u2026|:)\s*$|\b\d[\d.]*\s*(?:it/s|s/it|tok(?:en)?s?/s|samples?/s|img/s|MB/s|MiB/s|GB/s|GiB/s|KB/s)\b"
     r"|\b(?:loss|lr|grad[_ ]norm|epoch|step|iter(?:ation)?)\b\s*[:=]?\s*[-+]?\d", _I)
 
+# a tool's own verdict that its result counts (MLPerf loadgen's "Result is : VALID", HPCG's "result is VALID",
+# "PASSED"): it outranks a count of logged errors it says do not void the result ("1 ERROR encountered")
+VERDICT_OK = re.compile(r"\bResults? (?:is|are|was)\s*:?\s*(?:VALID|PASSED)\b", _I)
+ERROR_COUNT = re.compile(r"^\s*\d+ (?:ERRORS?|WARNINGS?) (?:encountered|logged|reported)\b[^:]*$", _I)
+
 
 def _quiet(log: Dict[str, Any], bench_re: Any) -> Optional[int]:
     """The index of the log's last line when its last words are quiet, else None."""
     lines: List[str] = log.get("lines") or []
     last: Optional[int] = None
     seen = 0
+    valid = any(VERDICT_OK.search(t) for t in lines if "INVALID" not in t.upper())
     for i in range(len(lines) - 1, -1, -1):
         text = lines[i]
         if not text.strip():
@@ -54,6 +60,8 @@ def _quiet(log: Dict[str, Any], bench_re: Any) -> Optional[int]:
         seen += 1
         if seen > QUIET_LINES:
             break
+        if valid and ERROR_COUNT.search(text):
+            continue
         if is_failure(text) or NONZERO_EXIT.search(text) or FAILED_WORDS.search(text) or TROUBLE.search(text):
             return None
         if last is None:

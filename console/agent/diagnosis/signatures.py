@@ -42,6 +42,7 @@ from .sigrows import (
     NVLINK,
     ORDINAL,
     PROMPT,
+    ROUND14,
     UNSCHEDULABLE,
     WGET_STATUS,
 )
@@ -122,6 +123,7 @@ SIGNATURES: List[Signature] = [
          "the GPU fails its tests or computes wrong results (a burn-in, diagnostic, memory test or a proof's "
          "verification failed on it): take it out of service; reset it and test again, replace it if it repeats"),
     LAUNCH, ORDINAL, COMPILER, CLOCK_SKEW, NETWORK, GPU_BUSY, DAG_OOM, HOST_ALLOC, WGET_STATUS, PROMPT,
+    *ROUND14,
     _sig("host_oom_kill", "critical",
          r"Out of memory: Kill(?:ed)? process|invoked oom-killer|\boom-kill\b|oom_reaper: reaped"
          r"|Memory cgroup out of memory"

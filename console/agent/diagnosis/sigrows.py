@@ -172,3 +172,59 @@ PROMPT = _sig(
     "the job waits at an interactive prompt (an installer's licence or yes/no question) and will wait for ever: "
     "run the installer non-interactively (--silent, -b, --accept-license)")
 # fmt: on
+
+# fmt: off
+# Causes in wordings the main rows lack (blind round 14): a GPU library's own out-of-memory status (cuStateVec,
+# cuTensorNet: "[custatevec] %out of memory", CUSTATEVEC_STATUS_INSUFFICIENT_WORKSPACE)
+LIB_OOM = _sig(
+    "cuda_oom", "error",
+    r"\[cu(?:statevec|tensornet|quantum|densitymat)\] %?(?:out of memory|insufficient workspace)"
+    r"|\bCU(?:STATEVEC|TENSORNET|DENSITYMAT)_STATUS_(?:INSUFFICIENT_WORKSPACE|ALLOC_FAILED)\b",
+    "GPU memory ran out (a GPU library could not allocate its state or workspace: too many qubits, too large a "
+    "problem for this GPU or these GPUs)")
+
+# git's transfer cut mid-clone (git's "RPC failed; curl NN", "fetch-pack: unexpected disconnect", "early EOF",
+# "index-pack failed"), conda's fetch that never reached the channel ("CondaHTTPError: HTTP 000 CONNECTION FAILED")
+FETCH_CUT = _sig(
+    "download_failed", "error",
+    r"\berror: RPC failed; (?:curl|HTTP) \d+|\bfetch-pack: unexpected disconnect\b|^fatal: early EOF\s*$"
+    r"|\bfatal: (?:fetch-pack: invalid )?index-pack (?:failed|output)\b"
+    r"|\bCondaHTTPError: HTTP \d{3}|\bHTTP 000 CONNECTION FAILED\b|\bCondaSSLError\b",
+    "a download failed (the connection was cut or never reached the server: a git clone's or conda's fetch): "
+    "retry, check the network or proxy, or fetch from a mirror")
+
+# git-lfs's batch API refusing the identity ("batch response: Access forbidden", "Authentication required",
+# "Bad credentials"): tried before download_failed's "Smudge error: Error downloading"
+LFS_REFUSED = _sig(
+    "credentials_refused", "error",
+    r"\bbatch response: (?:Access forbidden|Authentication required|Bad credentials|Unauthorized|Forbidden)\b",
+    "the git-lfs server refused the credentials (token without access to the repository's objects): fix the "
+    "token or its access level; retrying does not help")
+
+# No CUDA driver library to load (Numba's "CUDA driver library cannot be found", "Error at driver init")
+DRIVER_LIB = _sig(
+    "no_gpu_driver", "critical",
+    r"\bCUDA driver library cannot be found\b|\bCudaSupportError: Error at driver init: ?$",
+    "no usable NVIDIA driver: the driver's library (libcuda) is not installed or not mounted into the container")
+
+# A binary built for another GPU architecture (Kokkos' "likely mismatch of architecture", "compiled for compute
+# capability X on device with compute capability Y")
+ARCH_MISMATCH = _sig(
+    "version_mismatch", "error",
+    r"\binitialize ERROR: likely mismatch of architecture\b"
+    r"|\bcompiled for compute capability [\d.]+ on (?:a )?device with compute capability [\d.]+",
+    "a binary was built for another GPU architecture than this GPU's: rebuild it for this GPU's compute "
+    "capability (or for several)")
+# fmt: on
+
+# A run that completed with a result the tool itself declares invalid (MLPerf loadgen's "Result is : INVALID",
+# HPCG's "HPCG result is INVALID", a benchmark's "INVALID RUN" / "result is NOT VALID"); "VALID" is no match
+RESULT_INVALID = _sig(
+    "result_invalid", "error",
+    r"\bResult (?:is|was)\s*:?\s*(?:INVALID|NOT VALID)\b|\bresults? (?:is|are) (?:INVALID|NOT VALID)\b"
+    r"|\bINVALID RUN\b|\bRun (?:is|was) INVALID\b",
+    "the run completed but the tool declares its result invalid by its own rules (a minimum duration or query "
+    "count not satisfied): fix what it names and run again")
+
+# blind round 14's rows, spliced into SIGNATURES in this order (before cuda_oom, credentials_refused, download_failed)
+ROUND14 = (LIB_OOM, FETCH_CUT, LFS_REFUSED, DRIVER_LIB, ARCH_MISMATCH, RESULT_INVALID)
