@@ -30,7 +30,7 @@ CI_MAX_SETTLE = 5.0  # seconds a blind case may wait before its diagnosis and st
 # Rounds scored first-seen (their FIRST_SEEN.txt) whose misses are not fixed yet: CI guards what was fixed against
 # regressions, and an unfixed round's misses are the next session's work, not regressions. A round joins CI in the
 # change that fixes it.
-NOT_YET_FIXED: frozenset[str] = frozenset({"round-15"})
+NOT_YET_FIXED: frozenset[str] = frozenset()
 ROUNDS: dict[str, list[Incident]] = {
     path.name: [i for i in load_incidents(path) if float(i.spec.get("settle", 0.3)) <= CI_MAX_SETTLE]
     for path in sorted((CORPUS.parent / "incidents-blind").glob("round-*"))

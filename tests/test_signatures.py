@@ -126,6 +126,12 @@ CASES = [
     ("nvidia-smi query timed out after 30 s", "driver_hung"),
     # blind round 14's code: a result its tool declares invalid
     ("Result is : INVALID", "result_invalid"),
+    # blind round 15's codes: a cloud's preemption, a scheduler's time limit, a job no node can take
+    ('instance-action {"action": "terminate", "time": "2026-12-07T15:44:05Z"}', "preempted"),
+    ("slurmstepd: error: *** JOB 494583 ON gpu-a17 CANCELLED AT 2026-12-07T15:40:37 DUE TO TIME LIMIT ***",
+     "time_limit"),
+    ("0/1 nodes are available: 1 Insufficient nvidia.com/gpu. preemption: 0/1 nodes are available: 1 No preemption "
+     "victims found for incoming pod..", "unschedulable"),
     ("RuntimeError: CUDA unknown error - this may be due to an incorrectly set up environment, e.g. changing env "
      "variable CUDA_VISIBLE_DEVICES after program start. Setting the available devices to be zero.",
      "cuda_init_failed"),

@@ -18,7 +18,18 @@ from ..wire.wording import code_words, plural
 from . import codes, rank, signatures
 from .completion import closing_table, last_words, words_start
 from .events import PERSISTENT, SEVERITY_LEVEL, Episode, kernel_episodes, log_episodes
-from .liveness import CPU_MOVING, Liveness, assess, building, building_line, loading, loading_words, long_step_words
+from .liveness import (
+    CPU_MOVING,
+    Liveness,
+    assess,
+    building,
+    building_line,
+    loading,
+    loading_words,
+    long_step_words,
+    queued_words,
+    startup_words,
+)
 from .mig import mig_layout
 from .motion import DOWNLOADING_RE, slowdown, stalls, warnings_while_working
 from .named_cause import causes_named_by_the_failure
@@ -425,6 +436,11 @@ def still_loading(facts: Dict[str, Any], progress: Dict[str, LogProgress], procs
     found = found or loading(progress, logs, stall)
     if found is None and not progress and live.cpu is not None and live.cpu >= CPU_MOVING:
         found = loading_words(logs, now_of(facts), stall)  # no meter: its last words say it builds, CPU busy
+        young = procs.bench_started is not None and now_of(facts) - procs.bench_started <= stall
+        if found is None and young:  # a young program's last words announce its start-up
+            found = startup_words(logs, now_of(facts), stall)
+    if found is None and not any(p.sample.kind == "steps" and p.stuck_for <= stall for p in progress.values()):
+        found = queued_words(logs)  # a job waiting in a scheduler's queue
     if found is not None:
         line, path, at = found
         steps.append(step("loading", "info", "still loading: %s" % line))

@@ -98,6 +98,18 @@ CODES: Dict[str, tuple] = {
     "segfault": ("cause", 78, "segmentation fault", "a process crashed with a memory fault"),
     "cuda_error": ("cause", 75, "CUDA error", "a CUDA call failed"),
     "panic": ("cause", 70, "panic", "a Rust or Go program panicked"),
+    "preempted": ("cause", 69, "spot VM preempted",
+                  "the cloud reclaimed the spot/preemptible VM (AWS's instance-action interruption notice, GCP's "
+                  "preemption, Azure's Preempt event), then SIGTERM: not the job's fault; resume from the last "
+                  "checkpoint on another VM or use on-demand capacity"),
+    "time_limit": ("cause", 69, "job hit its time limit",
+                   "the batch scheduler killed the job at its wall-time limit (Slurm's CANCELLED ... DUE TO TIME "
+                   "LIMIT, PBS walltime exceeded, LSF TERM_RUNLIMIT, SGE h_rt): ask for more time, or checkpoint "
+                   "and resubmit"),
+    "unschedulable": ("cause", 68, "cannot be scheduled",
+                      "the scheduler cannot place the job or pod (Kubernetes' FailedScheduling \"Insufficient "
+                      "nvidia.com/gpu\", Ray's \"No available node types can fulfill\"): it waits for resources no "
+                      "node has free: free them (an old replica, another job), ask for less, or add nodes"),
     "waiting_input": ("cause", 67, "waiting for input",
                       "the job waits at an interactive prompt (login, yes/no, password, debugger) for ever: answer "
                       "it or run non-interactively"),

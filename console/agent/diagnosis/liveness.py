@@ -42,7 +42,8 @@ SERVER_PROGRAM_RE = re.compile(
     r"|infinity_emb|ollama_llama_server|trtllm-serve)(?:$|[._-])",
     re.IGNORECASE,
 )
-SERVER_WORD_RE = re.compile(r"(?:^|[._-])(?:api_?)?serv(?:er|e)(?:$|[._-])", re.IGNORECASE)
+# a web UI is a server too: invokeai-web, webui.py / webui.sh (AUTOMATIC1111, Forge, SD.Next), a "-webui" or "-web"
+SERVER_WORD_RE = re.compile(r"(?:^|[._-])(?:(?:api_?)?serv(?:er|e)|web(?:ui|server)?)(?:$|[._-])", re.IGNORECASE)
 CLIENT_WORD_RE = re.compile(r"bench|client|train|eval|test|finetune|tune", re.IGNORECASE)  # drives a server
 # programs that are servers only as one of their subcommands (vllm serve, ollama serve, jupyter lab)
 SERVER_SUBCOMMANDS = {"jupyter": ("lab", "notebook", "server")}
@@ -66,7 +67,9 @@ LOADING_RE = re.compile(
     r"\bload(?:ing)?\b.{0,40}\b(?:checkpoint|shards?|weights?|model|safetensors|tensors|state dict|params)"
     r"|\b(?:checkpoint|shards?|weights?|model|safetensors)\b.{0,20}\bload(?:ing)?\b|\bdownloading\b|\bfetching\b"
     r"|Load weight begin|\bloading\b.{0,60}\b(?:\d+%|\d+/\d+)"
-    r"|\bcompil(?:e|es|ing)\b|\bcapturing (?:cuda |cudagraph |the )?graphs?\b|\bwarming up\b|\bautotun"
+    r"|\bcompil(?:e|es|ing)\b|\b(?:waiting for|awaiting)\b.{0,60}\bcompilation\b"
+    r"|\b(?:shader|pipeline|kernel|program|module|graph)s?\b.{0,40}\bcompilation\b.{0,40}\b(?:so far|in progress)\b"
+    r"|\bcapturing (?:cuda |cudagraph |the )?graphs?\b|\bwarming up\b|\bautotun"
     r"|\bbuild(?:s|ing)? (?:the |an? )?(?:\w+ )?(?:engine|extension|wheel|kernels?)\b|\bprofil(?:e|ing) run\b"
     # preparing the data before the first step: tokenizing, datasets' map/filter passes, split generation
     r"|\btokeniz(?:e|es|ing)\b|\bRunning tokenizer\b|^\s*(?:Map|Filter)\b[^:]{0,40}:\s*\d+%"
@@ -88,6 +91,20 @@ BUILD_PROGRAM_RE = re.compile(
 # a build tool's helpers (a shell running the next compiler, a setup.py): they do not run what was built
 HELPER_RE = re.compile(r"^(?:build-script-[\w-]+|sh|bash|dash|zsh|env|python[\d.]*|perl|node|ccache|sccache|xargs"
                        r"|time|timeout|nice)$")
+# a young program's last words announce its start-up (a component or extension starting, an engine initializing)
+STARTUP_RE = re.compile(
+    r"\bstartup\s*$|\bstarting up\b|\binitiali[sz]ing\b|\bLoading plugins\b|\bwarming up\b"
+    r"|\bcompiling shaders\b|\bbuilding (?:the )?shader cache\b", re.IGNORECASE)
+# a job waiting in a batch scheduler's queue (Slurm's srun/salloc, PBS's qsub -I, LSF's bsub -I, HTCondor's
+# condor_submit, a Kubernetes pod Pending), and the words that say it got its resources
+QUEUED_RE = re.compile(
+    r"\bjob \d+ queued and waiting for resources\b|\bPending job allocation \d+|\bqsub: waiting for job \S+ to start"
+    r"|<<Waiting for dispatch \.\.\.>>|\bjob \S+ is (?:queued|pending) (?:and )?waiting\b"
+    r"|\bwaiting for (?:the )?(?:job|pod|allocation)\b.{0,40}\b(?:to (?:start|be scheduled)|resources)\b",
+    re.IGNORECASE)
+ALLOCATED_RE = re.compile(
+    r"\bjob \d+ has been allocated resources\b|\bGranted job allocation\b|\bqsub: job \S+ ready\b"
+    r"|<<Starting on \S+>>|\bjob \d+ (?:started|is running)\b", re.IGNORECASE)
 CHECKPOINT_RE = re.compile(r"\bsav(?:e|ing)\b.{0,40}\bcheckpoints?\b|\bcheckpoint(?:ing)?\b.{0,20}\bsav", re.IGNORECASE)
 
 
@@ -210,7 +227,12 @@ def gpu_activity(facts: Dict[str, Any], tree: Set[int]) -> Tuple[Gpus, Optional[
         return Gpus("unknown", ""), None
     devices = [d for d in gpu.get("devices") or [] if not d.get("lost")]
     held = [d for d in devices if any(pids & tree for pids, _ in _holders(d))]
-    mine = held or devices
+    # one process driving several GPUs (DataParallel) is listed on one of them only when NVML names no process
+    # on the others (a container's PID namespace, an old driver): a GPU with memory in use and no process listed
+    # is the benchmark's too when it holds one
+    unlisted = [d for d in devices if held and d not in held and not _holders(d)
+                and int(d.get("mem_used") or 0) >= MODEL_BYTES]
+    mine = held + unlisted or devices
     model: Optional[str] = None
     for d in held:
         mem = sum(m for pids, m in _holders(d) if pids & tree) or int(d.get("mem_used") or 0)
@@ -379,4 +401,31 @@ def saving(lines: List[str]) -> Optional[str]:
     for text in reversed(lines[-5:]):
         if text and CHECKPOINT_RE.search(text):
             return short(text.strip(), 100)
+    return None
+
+
+def startup_words(logs: Dict[str, Dict[str, Any]], now: float, stall: float) -> Optional[Tuple[str, str, int]]:
+    """The freshest log (written within ``stall``) ends with words that announce the program's start-up
+    (``[ext: omni.kit.renderer.core] startup``, ``Initializing the renderer``): ``(line, path, index)``, or None.
+    The caller asks for a young benchmark whose CPU is busy."""
+    fresh = [lg for lg in logs.values() if lg.get("mtime") is not None and now - float(lg["mtime"]) <= stall]
+    for log in sorted(fresh, key=lambda lg: -float(lg["mtime"])):
+        lines = log.get("lines") or []
+        at = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].strip()), None)
+        if at is not None:
+            text = lines[at][:400]
+            return (short(text.strip(), 100), log["path"], at) if STARTUP_RE.search(text) else None
+    return None
+
+
+def queued_words(logs: Dict[str, Dict[str, Any]]) -> Optional[Tuple[str, str, int]]:
+    """A log's last 40 lines say the job waits in a batch scheduler's queue and nothing after says it got its
+    resources: ``(line, path, index)``, or None."""
+    for log in sorted(logs.values(), key=lambda lg: -float(lg.get("mtime") or 0.0)):
+        lines = log.get("lines") or []
+        for i in range(len(lines) - 1, max(-1, len(lines) - 40), -1):
+            if ALLOCATED_RE.search(lines[i][:400]):
+                break
+            if QUEUED_RE.search(lines[i][:400]):
+                return short(lines[i].strip(), 100), log["path"], i
     return None

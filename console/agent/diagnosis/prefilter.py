@@ -74,6 +74,12 @@ def _literal(branch: str) -> Optional[str]:
                 j += 2 if branch[j] == "\\" else 1
             i = j + 1
             continue
+        if c == "{":  # a quantifier's bounds ({0,40}) are no text of the line
+            runs.append("".join(cur))
+            cur = []
+            j = branch.find("}", i)
+            i = len(branch) if j < 0 else j + 1
+            continue
         if c in "()":
             depth += 1 if c == "(" else -1
             runs.append("".join(cur))

@@ -21,6 +21,7 @@ never makes a failure the benchmark's own log reports after its own last words (
 
 from __future__ import annotations
 
+import re
 from typing import Any, Collection, List, Optional, Tuple
 
 from . import codes
@@ -33,6 +34,14 @@ STARTUP_SYMPTOMS = frozenset(("benchmark_not_running", "waiting_on_child", "gpu_
 FINE = frozenset(("healthy", "starting", "finished"))
 # states of the host that no failure causes: never listed as caused by the verdict
 UNCAUSED = frozenset(("throttled", "pcie_degraded"))
+
+
+# what a mounted object store or network filesystem reports as EIO to its readers: its backend's own failure, named
+# in the mount's log (mountpoint-s3's "Forbidden: The provided token has expired", gcsfuse's "googleapi: Error 401",
+# rclone's vfs "ExpiredToken", s3fs's curl errors)
+BACKEND_CAUSES = frozenset(("credentials_refused", "clock_skew", "network_error", "download_failed"))
+MOUNT_WORDS_RE = re.compile(r"\bfuse\b|\bmount|errno 5\b|\bEIO\b|input/output error|\bvfs\b|\b(?:s3fs|gcsfuse|goofys"
+                            r"|blobfuse2?|rclone|juicefs|alluxio)\b", re.IGNORECASE)
 
 
 def _level(item: Item) -> int:
@@ -55,13 +64,52 @@ def head_of(items: List[Item], named: Collection[str] = ()) -> Optional[Item]:
     if hardware:
         return max(hardware, key=lambda i: (codes.rank(i.code), _level(i), -(i.time or 0.0)))
     causes = [i for i in current if codes.tier(i.code) == "cause"]
+    backend = _backend_under_eio(causes)
+    if backend:  # the mount logged its backend's failure at WARN: it took the reader down, as severe as the EIO
+        worst = max((i for i in causes if _program_eio(i)), key=_level).severity
+        for i in backend:
+            if _level(i) < SEVERITY_LEVEL.get(worst, 0):
+                i.severity = worst
+        causes = [i for i in causes if not _program_eio(i)]
     own = [i for i in causes if any(e.get("path") in named or e.get("path") == "dmesg" for e in i.evidence)]
     if named and any(any(e.get("path") in named for e in i.evidence) for i in own):
-        causes = own
+        causes = own + [i for i in backend if i not in own]
     errors = [i for i in causes if _level(i) >= 2]
+    prompt = _last_prompt(errors)
+    if prompt is not None:
+        return prompt
     if errors or causes:
         return _earliest_cause(errors or causes)
     return None
+
+
+def _program_eio(item: Item) -> bool:
+    """An I/O error a program reports (``OSError: [Errno 5] Input/output error``), not the kernel's."""
+    return item.code == "io_error" and not any(e.get("path") == "dmesg" for e in item.evidence)
+
+
+def _backend_under_eio(causes: List[Item]) -> List[Item]:
+    """A program's EIO on a mount whose own log names its backend's failure (a refused or expired credential, the
+    network, a failed fetch) no later than the EIO: those backend causes (the EIO is their report)."""
+    eio = [i for i in causes if _program_eio(i)]
+    if not eio:
+        return []
+    latest = max((i.time for i in eio if i.time is not None), default=None)
+    return [i for i in causes if i.code in BACKEND_CAUSES and _level(i) >= 1
+            and any(MOUNT_WORDS_RE.search(str(e.get("text") or "")) for e in i.evidence)
+            and (latest is None or i.time is None or i.time <= latest + SIMULTANEOUS)]
+
+
+def _last_prompt(errors: List[Item]) -> Optional[Item]:
+    """A prompt left as its log's last words (the job waits at it: ``events`` keeps only those) outranks the causes
+    that led to it (a refused login asking for the password again): none came after it."""
+    prompts = [i for i in errors if i.code == "waiting_input"]
+    if not prompts:
+        return None
+    last = max(prompts, key=lambda i: i.time or 0.0)
+    if last.time is None or any(i.time is not None and i.time > last.time + SIMULTANEOUS for i in errors):
+        return None
+    return last
 
 
 def is_starting(items: List[Item], young_entry: Optional[str]) -> bool:

@@ -43,6 +43,8 @@ from .sigrows import (
     ORDINAL,
     PROMPT,
     ROUND14,
+    ROUND15,
+    TRIAL_PENDING,
     UNSCHEDULABLE,
     WGET_STATUS,
 )
@@ -123,7 +125,7 @@ SIGNATURES: List[Signature] = [
          "the GPU fails its tests or computes wrong results (a burn-in, diagnostic, memory test or a proof's "
          "verification failed on it): take it out of service; reset it and test again, replace it if it repeats"),
     LAUNCH, ORDINAL, COMPILER, CLOCK_SKEW, NETWORK, GPU_BUSY, DAG_OOM, HOST_ALLOC, WGET_STATUS, PROMPT,
-    *ROUND14,
+    *ROUND14, *ROUND15,
     _sig("host_oom_kill", "critical",
          r"Out of memory: Kill(?:ed)? process|invoked oom-killer|\boom-kill\b|oom_reaper: reaped"
          r"|Memory cgroup out of memory"
@@ -374,7 +376,7 @@ SIGNATURES: List[Signature] = [
          r"|_(?:hw_slowdown|hw_thermal_slowdown|hw_power_brake_slowdown|sw_thermal_slowdown)>Active<",
          "clocks are held down (thermal or power-brake slowdown): the job runs slower than it should; check cooling, "
          "fans and power delivery"),
-    UNSCHEDULABLE,
+    TRIAL_PENDING, UNSCHEDULABLE,
     _sig("hung", "error",  # Horovod's stall inspector: it repeats while no step advances (the log stays fresh)
          r"\bStalled ranks:|\bStalled ops:|waiting for remainder of ranks for more than \d+ seconds"
          r"|ranks? (?:have|has) not (?:yet )?submitted .{0,80}for more than \d+ seconds",

@@ -75,13 +75,24 @@ COMPILER = _sig(
 
 # A scheduler that cannot place the work, waiting for resources it will not get (Ray's insufficient-resources
 # warning, an unschedulable resource request, Kubernetes' FailedScheduling): the run is stuck, not starting
+# The scheduler's own refusal to place it (Kubernetes' FailedScheduling "0/N nodes are available: N Insufficient
+# nvidia.com/gpu", a PodUnschedulable event, Ray's autoscaler "No available node types can fulfill resource request",
+# Nomad's exhausted device dimension, Slurm's "Requested node configuration is not available") is unschedulable (blind
+# round 15); Ray Tune's hedged "No trial is running ... could be due to" names no refusal and stays hung.
 UNSCHEDULABLE = _sig(
+    "unschedulable", "error",
+    r"resource request cannot be scheduled right now|No available node types can fulfill resource request"
+    r"|\b\d+/\d+ nodes are available:.{0,160}\bInsufficient (?:nvidia\.com/gpu|amd\.com/gpu|[\w.-]+/gpu|cpu|memory)"
+    r"|\bPodUnschedulable\b.{0,80}\bInsufficient\b|\bCannot schedule pods: Insufficient\b"
+    r"|\bDimension \"devices?: ?[\w/.-]*gpu[\w/.-]*\" exhausted\b"
+    r"|\bRequested node configuration is not available\b",
+    "the scheduler cannot place the job or pod: it asks for more GPUs/CPUs/memory than any node has free (another "
+    "job or an old replica may hold them): free them, ask for what the nodes have, or add nodes")
+TRIAL_PENDING = _sig(
     "hung", "error",
-    r"No trial is running and no new trial has been started within the last \d+ seconds"
-    r"|resource request cannot be scheduled right now|No available node types can fulfill resource request"
-    r"|\b\d+/\d+ nodes are available:.{0,120}\bInsufficient (?:nvidia\.com/gpu|cpu|memory)",
-    "the scheduler cannot place the job: it asks for more GPUs/CPUs than the cluster has, and waits for ever: ask "
-    "for what the host has, or add nodes")
+    r"No trial is running and no new trial has been started within the last \d+ seconds",
+    "no trial runs and none started (Ray Tune): the trials wait for resources the cluster may never have: ask for "
+    "what the host has, or add nodes")
 
 # fmt: off
 # An NVSwitch machine (HGX/DGX, p4d/p5) whose Fabric Manager is not running: CUDA answers 802 "system not yet
@@ -228,3 +239,46 @@ RESULT_INVALID = _sig(
 
 # blind round 14's rows, spliced into SIGNATURES in this order (before cuda_oom, credentials_refused, download_failed)
 ROUND14 = (LIB_OOM, FETCH_CUT, LFS_REFUSED, DRIVER_LIB, ARCH_MISMATCH, RESULT_INVALID)
+
+# fmt: off
+# Blind round 15's codes. A cloud reclaiming a spot/preemptible VM: AWS's interruption notice (instance metadata
+# "spot/instance-action" {"action": "terminate"|"stop"|"hibernate"}, the EventBridge "EC2 Spot Instance Interruption
+# Warning"), GCP's preemption (metadata "instance/preempted" TRUE, "compute.instances.preempted", "Instance was
+# preempted"), Azure's scheduled event "EventType": "Preempt"; the job's SIGTERM / exit 143 after it is its effect
+PREEMPTED = _sig(
+    "preempted", "error",
+    r"\binstance-action\b.{0,40}\"action\"\s*:\s*\"(?:terminate|stop|hibernate)\""
+    r"|\"action\"\s*:\s*\"(?:terminate|stop|hibernate)\".{0,40}\"time\".{0,80}\b(?:spot|interrupt)"
+    r"|\bSpot (?:Instance )?interruption (?:notice|warning|payload)\b|\bspot (?:instance )?termination notice\b"
+    r"|\bEC2 Spot Instance Interruption Warning\b|\bcompute\.instances\.preempted\b"
+    r"|\binstance (?:was|has been|is being) preempted\b|\binstance/preempted\b.{0,20}\bTRUE\b"
+    r"|\bpreemption notice\b|\"EventType\"\s*:\s*\"Preempt\"|\bEventType=Preempt\b",
+    "the cloud reclaimed the spot/preemptible VM (an interruption or preemption notice, then SIGTERM): the job did not "
+    "fail; resume it from its last checkpoint on another VM, or run on-demand capacity")
+
+# A batch scheduler killing the job at its wall-time limit: Slurm's "*** JOB N ON host CANCELLED AT ... DUE TO TIME
+# LIMIT ***", PBS/Torque's "job killed: walltime N exceeded limit N", Moab's "job exceeded wallclock limit", LSF's
+# TERM_RUNLIMIT, SGE's h_rt ("exceeded hard wallclock time")
+TIME_LIMIT = _sig(
+    "time_limit", "error",
+    r"\bCANCELLED AT \S+ DUE TO TIME LIMIT\b|\bJOB \d+ CANCELLED AT .{0,40}DUE TO TIME LIMIT"
+    r"|\bjob killed: walltime \d+ exceeded limit \d+|\bjob exceeded (?:its )?wall ?clock (?:time )?limit\b"
+    r"|\bTERM_RUNLIMIT\b|\bexceeded (?:the )?(?:hard|soft) wallclock time\b|\bh_rt limit (?:exceeded|reached)\b"
+    r"|\bexceeded (?:its |the )?h_rt\b",
+    "the batch scheduler killed the job at its wall-time limit (Slurm --time, PBS walltime, LSF -W, SGE h_rt): ask "
+    "for more time, or checkpoint and resubmit to continue from where it stopped")
+
+# A mount's EIO that names its backend's refusal in the same line (gcsfuse's "input/output error ... googleapi:
+# Error 401: Invalid Credentials", an rclone/s3fs read failing on "ExpiredToken"/"AccessDenied"): the refusal is the
+# cause, the EIO its report to the reader. Tried before io_error.
+_REFUSAL = (r"(?:\bError 40[13]\b|Invalid Credentials|\bExpiredToken\b|token has expired|\bAccessDenied\b|\bForbidden\b"
+            r"|\bUnauthorized\b|\bInvalidAccessKeyId\b)")
+MOUNT_REFUSED = _sig(
+    "credentials_refused", "error",
+    r"input/output error.{0,240}" + _REFUSAL + r"|\berrno 5\b.{0,240}" + _REFUSAL + r"|\bEIO\b.{0,240}" + _REFUSAL,
+    "the mounted object store's backend refused the credentials (an expired or invalid token): the readers see "
+    "EIO; refresh the mount's credentials (IRSA/workload identity token, key) and remount")
+
+# blind round 15's rows, spliced into SIGNATURES after round 14's
+ROUND15 = (PREEMPTED, TIME_LIMIT, MOUNT_REFUSED)
+# fmt: on
