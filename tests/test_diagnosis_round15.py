@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from console.agent.diagnosis import codes
+from console.agent.diagnosis import codes, progress
 from console.agent.diagnosis import diagnose as dg
 from tests.test_diagnose import MIB, act, activity, code_of, gpu, logs_of, rec
 
@@ -276,3 +276,16 @@ def test_the_prefilter_gives_match_lines_answer_across_bounded_gaps(line: str) -
     from console.agent.diagnosis import signatures
     slow, fast = signatures.match_line(line), signatures.match_line_fast(line, signatures.builtin_plan())
     assert slow is not None and fast is not None and fast.code == slow.code, line
+
+
+@pytest.mark.parametrize("tail", [
+    ["srun: Job step aborted: Waiting up to 32 seconds for job step to finish.",
+     "slurmstepd: error: *** JOB 494583 ON node7 CANCELLED AT 2026-12-07T15:40:37 DUE TO TIME LIMIT ***",
+     "slurmstepd: error: *** STEP 494583.0 ON node7 CANCELLED AT 2026-12-07T15:40:37 DUE TO TIME LIMIT ***",
+     "srun: error: node7: tasks 0-3: Terminated", "srun: Terminating job step 494583.0"],
+])
+def test_a_slurm_job_step_id_is_no_step_after_a_time_limit(tmp_path: Path, tail: List[str]) -> None:
+    # Slurm's "STEP 494583.0" / "job step 494583.0" name the job's step, not a training step: no recovery
+    assert progress.parse(tail[-1]) is None and progress.parse(tail[2]) is None
+    text = _steps(30) + "\n".join(tail) + "\n"
+    assert _code(_facts(tmp_path, {"train.log": (text, 35)}, [])) == "time_limit"

@@ -80,7 +80,8 @@ DOWNLOAD_DESC_RE = re.compile(
 # the benchmark's own progress (``[benchmark] progress`` replaces it)
 DEFAULT_PROGRESS = (
     r"\bproofs?\s+(\d+)(?:\s*/\s*(\d+))?\s+(?:done|finished|completed|ok)\b"
-    r"|\b(?:global_)?step[\s:=#]+(\d+)(?:\s*/\s*(\d+))?"
+    # a batch scheduler's job step is no step: Slurm's "*** STEP 494583.0 ON host", "job step 494583.0"
+    r"|\b(?<!job )(?:global_)?step[\s:=#]+(\d+)(?!\d|\.\d+\s+ON\b)(?:\s*/\s*(\d+))?"
     r"|\biter(?:ation)?[\s:=#]+(\d+)(?:\s*/\s*(\d+))?"
     r"|\bepoch[\s:=#]+(\d+)(?:\s*/\s*(\d+))?"
     r"|[\d.]+\s*(?:it/s|s/it)\b"
