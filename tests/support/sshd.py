@@ -57,9 +57,15 @@ def _banner_lines(banner: str | None) -> list[str]:
 HOST_SHELL_ENV = {"PYENV_REHASH_TIMEOUT": "0"}
 
 
-def full_home(home: Path, size_kb: int = 256) -> tuple[list[str], dict[str, str]]:
+def full_home(home: Path, size_kb: int | None = None) -> tuple[list[str], dict[str, str]]:
     """A ``launcher`` and ``env`` for an sshd whose sessions see ``home`` as their HOME on a full filesystem: a
-    ``size_kb`` tmpfs, mounted in a mount namespace of the sshd's own and filled (``~/fill``) before it starts."""
+    ``size_kb`` tmpfs, mounted in a mount namespace of the sshd's own and filled (``~/fill``) before it starts.
+    By default twice the agent's zipapp: room for it once ``~/fill`` is gone (a fixed 256 KB stopped holding it
+    when the zipapp grew past that)."""
+    if size_kb is None:
+        from console.link.bundle import agent_bundle
+
+        size_kb = 2 * len(agent_bundle().data) // 1024 + 64
     script = 'mount -t tmpfs -o size="$1"k tmpfs "$2" && (dd if=/dev/zero of="$2/fill" bs=1k 2>/dev/null; true) ' \
              '&& shift 2 && exec "$@"'
     home.mkdir(parents=True, exist_ok=True)
