@@ -18,7 +18,7 @@ and a benchmark with a client among its processes (cuzk-bench driving its daemon
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Pattern, Set, Tuple
 
 from ..wire.procmatch import program_name, program_views
 from .progress import LogProgress
@@ -330,13 +330,20 @@ def loading_words(logs: Dict[str, Dict[str, Any]], now: float, stall: float) -> 
     """No meter anywhere: the freshest log (written within ``stall``) ends with words that say the run loads,
     builds or warms up (ONNX Runtime's first run building a TensorRT engine, a JIT compile). ``(line, path,
     index)``, or None. The caller asks for the run's CPU to be busy too."""
+    return _freshest_last_line_says(logs, now, stall, LOADING_RE)
+
+
+def _freshest_last_line_says(logs: Dict[str, Dict[str, Any]], now: float, stall: float,
+                             words: Pattern[str]) -> Optional[Tuple[str, str, int]]:
+    """The freshest log written within ``stall`` whose last non-empty line matches ``words``: ``(line, path,
+    index)``, else None (only the freshest log with a line is looked at)."""
     fresh = [lg for lg in logs.values() if lg.get("mtime") is not None and now - float(lg["mtime"]) <= stall]
     for log in sorted(fresh, key=lambda lg: -float(lg["mtime"])):
         lines = log.get("lines") or []
         at = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].strip()), None)
         if at is not None:
             text = lines[at][:400]
-            return (short(text.strip(), 100), log["path"], at) if LOADING_RE.search(text) else None
+            return (short(text.strip(), 100), log["path"], at) if words.search(text) else None
     return None
 
 
@@ -408,14 +415,7 @@ def startup_words(logs: Dict[str, Dict[str, Any]], now: float, stall: float) -> 
     """The freshest log (written within ``stall``) ends with words that announce the program's start-up
     (``[ext: omni.kit.renderer.core] startup``, ``Initializing the renderer``): ``(line, path, index)``, or None.
     The caller asks for a young benchmark whose CPU is busy."""
-    fresh = [lg for lg in logs.values() if lg.get("mtime") is not None and now - float(lg["mtime"]) <= stall]
-    for log in sorted(fresh, key=lambda lg: -float(lg["mtime"])):
-        lines = log.get("lines") or []
-        at = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].strip()), None)
-        if at is not None:
-            text = lines[at][:400]
-            return (short(text.strip(), 100), log["path"], at) if STARTUP_RE.search(text) else None
-    return None
+    return _freshest_last_line_says(logs, now, stall, STARTUP_RE)
 
 
 def queued_words(logs: Dict[str, Dict[str, Any]]) -> Optional[Tuple[str, str, int]]:
