@@ -21,7 +21,7 @@ from .events import SEVERITY_LEVEL
 from .processes import Processes
 from .progress import compile_progress, parse
 from .records import Item
-from .text import clean_message, ev, short
+from .text import clean_message, ev, last_nonempty, short
 
 QUIET_LINES = 12  # non-empty lines at the end of each log read for a failure
 NEAR_END = 600.0  # seconds: logs written this close to the freshest one are part of the ending
@@ -51,15 +51,9 @@ def _quiet(log: Dict[str, Any], bench_re: Any) -> Optional[int]:
     """The index of the log's last line when its last words are quiet, else None."""
     lines: List[str] = log.get("lines") or []
     last: Optional[int] = None
-    seen = 0
     valid = any(VERDICT_OK.search(t) for t in lines if "INVALID" not in t.upper())
-    for i in range(len(lines) - 1, -1, -1):
+    for i in last_nonempty(lines, QUIET_LINES):
         text = lines[i]
-        if not text.strip():
-            continue
-        seen += 1
-        if seen > QUIET_LINES:
-            break
         if valid and ERROR_COUNT.search(text):
             continue
         if is_failure(text) or NONZERO_EXIT.search(text) or FAILED_WORDS.search(text) or TROUBLE.search(text):

@@ -17,7 +17,7 @@ from .completion import FAILED_WORDS, NONZERO_EXIT, is_failure
 from .lexicon import class_of
 from .quiet_ending import NEAR_END, TROUBLE
 from .records import Item
-from .text import clean_message, ev, short
+from .text import clean_message, ev, last_nonempty, short
 from .timeline import Timeline
 
 REFINED = frozenset(("python_traceback", "child_failed", "benchmark_not_running"))
@@ -41,14 +41,8 @@ def _candidates(facts: Dict[str, Any], now: float, depth: int) -> List[Tuple[flo
             continue
         lines: List[str] = log["lines"]
         timeline = Timeline(log, now)
-        seen = 0
-        for i in range(len(lines) - 1, -1, -1):
+        for i in last_nonempty(lines, depth):
             text = lines[i]
-            if not text.strip():
-                continue
-            seen += 1
-            if seen > depth:
-                break
             if len(text) <= 2000 and _failure_like(text) and not signatures.is_harmless(text):
                 out.append((timeline.at(i), order, text, log, i))
     out.sort(key=lambda c: (c[0], c[1], c[4]))

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..wire.protocol import Evidence
 
@@ -121,3 +121,14 @@ def clean_message(text: str) -> str:
     text = LOG_PREFIX_RE.sub("", text.strip())
     text = GRPC_TAIL_RE.sub("", text)
     return text.strip() or text
+
+
+def last_nonempty(lines: Sequence[str], count: int) -> Iterator[int]:
+    """The indexes of the last ``count`` non-empty lines, newest first (a log's last words)."""
+    seen = 0
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].strip():
+            seen += 1
+            if seen > count:
+                return
+            yield i
